@@ -1,0 +1,1 @@
+//! HTTP/1.1 (to be written).

@@ -1,0 +1,1 @@
+//! Protocol 4 messages (to be written).

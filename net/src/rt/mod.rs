@@ -1,0 +1,1 @@
+//! The runtime seam (to be written).

@@ -1,0 +1,1 @@
+//! WebSocket (to be written).

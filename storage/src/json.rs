@@ -1,0 +1,1 @@
+//! Strict JSON parsing for publish frames (to be written).

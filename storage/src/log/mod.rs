@@ -1,0 +1,1 @@
+//! The per-stream SQLite buffer (to be written).

@@ -1,0 +1,1 @@
+//! The JSON Schema subset → Arrow compiler (to be written).
