@@ -1,1 +1,26 @@
-//! placeholder
+//! `corecast-engine`: the broker.
+//!
+//! The life of a row, one module per step:
+//! 1. [`session::conn`] accepts the upgrade on any shard and routes it ([`session::route`]);
+//! 2. [`session::publisher`] parses and validates each publish frame on that shard and hands an
+//!    append to the stream's writer;
+//! 3. [`commit::writer`], on the owner's writer thread, group-commits everything queued in one
+//!    transaction and frames the committed rows once ([`fanout::batch`]);
+//! 4. every shard appends the shared batch to its ring ([`fanout::ring`]) and wakes its subscribers;
+//! 5. [`session::subscriber`] writes every frame it is owed with one vectored write, reading below
+//!    the ring through the reader pool ([`replay`]).
+//!
+//! [`shard`] runs the io_uring loops, [`server`] starts and stops everything, [`config`] reads the
+//! TOML file, [`registry`] holds the streams, [`filter`] evaluates `where=`.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod commit;
+pub mod config;
+pub mod fanout;
+pub mod filter;
+pub mod registry;
+pub mod replay;
+pub mod server;
+pub mod session;
+pub mod shard;

@@ -1,1 +1,132 @@
-fn main() {}
+//! The `corecast` command: `serve` runs the broker.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use corecast_engine::config::Config;
+use corecast_engine::server::{self, ServeOptions};
+use corecast_net::rt::Driver;
+
+#[derive(Parser)]
+#[command(
+    name = "corecast",
+    version,
+    about = "A thread-per-core io_uring stream broker speaking streamcast protocol 4",
+    after_help = "Examples:\n  corecast serve                                  # embedded default: durable `trades` under ./data\n  corecast serve --config corecast.toml --cores 2\n  corecast serve --listen 127.0.0.1:0 --data /tmp/cc   # any free port; the address is printed"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the broker.
+    Serve {
+        /// TOML configuration declaring the streams (default: a durable `trades` stream).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Address to listen on, e.g. 127.0.0.1:8765 (port 0: any free port).
+        #[arg(long)]
+        listen: Option<String>,
+        /// Data directory (overrides the config's data_dir).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Serving threads, one per core (default: every core).
+        #[arg(long)]
+        cores: Option<usize>,
+        /// Serve a WebSocket echo endpoint at /_echo (for conformance suites; off by default).
+        #[arg(long, hide = true)]
+        echo: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CORECAST_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Serve {
+            config,
+            listen,
+            data,
+            cores,
+            echo,
+        } => serve(config, listen, data, cores, echo),
+    }
+}
+
+fn serve(
+    config: Option<PathBuf>,
+    listen: Option<String>,
+    data: Option<PathBuf>,
+    cores: Option<usize>,
+    echo: bool,
+) -> ExitCode {
+    let mut cfg = match &config {
+        Some(p) => match Config::load(p) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("corecast: bad config: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => Config::embedded_default(),
+    };
+    if let Some(l) = listen {
+        match l.parse() {
+            Ok(a) => cfg.listen = a,
+            Err(e) => {
+                eprintln!("corecast: --listen {l:?} is not an address: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Some(d) = data {
+        cfg.data_dir = d;
+    }
+    cfg.echo = echo;
+    if cores == Some(0) {
+        eprintln!("corecast: --cores must be at least 1");
+        return ExitCode::from(2);
+    }
+    let signals = match signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("corecast: cannot install signal handlers: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let streams = cfg.streams.len();
+    let running = match server::start(ServeOptions { config: cfg, cores }) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("corecast: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match running.driver {
+        Driver::IoUring => tracing::info!("driver: io_uring"),
+        Driver::Fallback => tracing::warn!(
+            "driver: fallback (epoll) — io_uring is unavailable here (seccomp or kernel); serving anyway"
+        ),
+    }
+    tracing::info!(streams, "listening on {}", running.addr);
+    println!("corecast listening on {} (driver {})", running.addr, running.driver.name());
+    let mut signals = signals;
+    if let Some(sig) = signals.forever().next() {
+        tracing::info!(signal = sig, "shutting down");
+    }
+    running.shutdown();
+    tracing::info!("stopped");
+    ExitCode::SUCCESS
+}

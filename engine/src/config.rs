@@ -1,0 +1,306 @@
+//! Configuration: the TOML file that declares the streams, and the embedded default.
+//!
+//! ```toml
+//! listen = "127.0.0.1:8765"
+//! data_dir = "data"
+//! [[stream]]
+//! name = "trades"
+//! schema = "trade.schema.json"   # relative to the config file; omit for a schema-less stream
+//! durable = true                 # false: live only, no log, offsets null
+//! exactly_once = false
+//! max_replay = 100000            # rows; "unlimited" allowed
+//! max_backlog = 8192             # frames queued per subscriber
+//! max_in_flight = 64             # replies owed per publisher connection
+//! max_inbound = 65536            # rows queued for commit per stream
+//! max_message_bytes = 1048576
+//! ```
+//!
+//! Defaults mirror PROTOCOL.md §10. A bad file is refused with the file, the key and the reason
+//! ([`ConfigError`]).
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The six-column trade schema the embedded default serves (PROTOCOL.md §4).
+pub const TRADE_SCHEMA: &str = r#"{"type":"object","properties":{"event_ts":{"type":"integer","format":"int64"},"price":{"type":"number","format":"double"},"amount":{"type":"number","format":"double"},"side":{"type":"integer","format":"int32"},"symbol":{"type":"string"},"trade_id":{"type":"integer","format":"int64"}},"required":["event_ts","price","amount","side","symbol","trade_id"]}"#;
+
+/// Default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
+
+/// The whole server configuration, resolved (paths absolute or relative to the working dir).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address every shard listens on.
+    pub listen: SocketAddr,
+    /// Root of the per-stream directories.
+    pub data_dir: PathBuf,
+    /// Declared streams, in file order.
+    pub streams: Vec<StreamConfig>,
+    /// Serve `/_echo` (a WebSocket echo endpoint for conformance suites). Off by default.
+    pub echo: bool,
+}
+
+/// One declared stream.
+#[derive(Debug, Clone)]
+pub struct StreamConfig {
+    /// Stream name: `[A-Za-z0-9][A-Za-z0-9_.-]{0,127}`.
+    pub name: String,
+    /// The schema's JSON text, read from the file the config names; `None` = schema-less.
+    pub schema_json: Option<String>,
+    /// Keep a log (offsets, replay, durability). `false` = live only.
+    pub durable: bool,
+    /// Accept `publisher=ID` exactly-once publishers.
+    pub exactly_once: bool,
+    /// Largest replay window in rows; `None` = unlimited.
+    pub max_replay: Option<u64>,
+    /// Frames a subscriber may fall behind before it is closed with 4429.
+    pub max_backlog: u64,
+    /// Replies a publisher connection may be owed before the server stops reading it.
+    pub max_in_flight: usize,
+    /// Rows queued for commit per stream before publishers wait.
+    pub max_inbound: usize,
+    /// Largest inbound WebSocket message in bytes (1009 above it).
+    pub max_message_bytes: usize,
+}
+
+impl StreamConfig {
+    /// A stream with every limit at its default.
+    pub fn with_defaults(name: &str, schema_json: Option<String>, durable: bool) -> StreamConfig {
+        StreamConfig {
+            name: name.to_string(),
+            schema_json,
+            durable,
+            exactly_once: false,
+            max_replay: Some(100_000),
+            max_backlog: 8192,
+            max_in_flight: 64,
+            max_inbound: 65_536,
+            max_message_bytes: 1 << 20,
+        }
+    }
+}
+
+/// Why a configuration was refused: the file, the key, and the reason.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {key}: {reason}")]
+pub struct ConfigError {
+    /// The file (or `<embedded default>`).
+    pub file: String,
+    /// The key path, e.g. `stream[2].max_replay`.
+    pub key: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    listen: Option<String>,
+    data_dir: Option<String>,
+    #[serde(default)]
+    stream: Vec<RawStream>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStream {
+    name: String,
+    schema: Option<String>,
+    durable: Option<bool>,
+    exactly_once: Option<bool>,
+    max_replay: Option<toml::Value>,
+    max_backlog: Option<i64>,
+    max_in_flight: Option<i64>,
+    max_inbound: Option<i64>,
+    max_message_bytes: Option<i64>,
+}
+
+/// Whether `name` is a valid stream name (`[A-Za-z0-9][A-Za-z0-9_.-]{0,127}`, PROTOCOL.md §2).
+pub fn valid_stream_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    !b.is_empty()
+        && b.len() <= 128
+        && b[0].is_ascii_alphanumeric()
+        && b[1..]
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'))
+}
+
+impl Config {
+    /// The embedded default: a durable `trades` stream with the trade schema under `./data`.
+    pub fn embedded_default() -> Config {
+        Config {
+            listen: DEFAULT_LISTEN.parse().expect("default listen address parses"),
+            data_dir: PathBuf::from("data"),
+            streams: vec![StreamConfig::with_defaults(
+                "trades",
+                Some(TRADE_SCHEMA.to_string()),
+                true,
+            )],
+            echo: false,
+        }
+    }
+
+    /// Reads and checks a TOML file. Relative schema paths resolve against the file's folder;
+    /// a relative `data_dir` too.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let err = |key: &str, reason: String| ConfigError {
+            file: file.clone(),
+            key: key.to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err("(file)", e.to_string()))?;
+        let raw: RawConfig = toml::from_str(&text).map_err(|e| {
+            let msg = e.message().to_string();
+            let key = e
+                .span()
+                .map(|s| format!("at byte {}", s.start))
+                .unwrap_or_else(|| "(document)".into());
+            err(&key, msg)
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let listen = match raw.listen {
+            Some(l) => l
+                .parse()
+                .map_err(|e| err("listen", format!("{l:?} is not an address: {e}")))?,
+            None => DEFAULT_LISTEN.parse().expect("default listen address parses"),
+        };
+        let data_dir = base.join(raw.data_dir.unwrap_or_else(|| "data".into()));
+        let mut seen = HashSet::new();
+        let mut streams = Vec::new();
+        for (i, s) in raw.stream.into_iter().enumerate() {
+            let k = |f: &str| format!("stream[{i}].{f}");
+            if !valid_stream_name(&s.name) {
+                return Err(err(
+                    &k("name"),
+                    format!("{:?} does not match [A-Za-z0-9][A-Za-z0-9_.-]{{0,127}}", s.name),
+                ));
+            }
+            if !seen.insert(s.name.clone()) {
+                return Err(err(&k("name"), format!("stream {:?} is declared twice", s.name)));
+            }
+            let schema_json = match &s.schema {
+                Some(p) => {
+                    let sp = base.join(p);
+                    Some(std::fs::read_to_string(&sp).map_err(|e| {
+                        err(&k("schema"), format!("cannot read {}: {e}", sp.display()))
+                    })?)
+                }
+                None => None,
+            };
+            let mut sc = StreamConfig::with_defaults(&s.name, schema_json, s.durable.unwrap_or(true));
+            sc.exactly_once = s.exactly_once.unwrap_or(false);
+            if sc.exactly_once && !sc.durable {
+                return Err(err(
+                    &k("exactly_once"),
+                    "exactly-once needs a log: set durable = true or drop exactly_once".into(),
+                ));
+            }
+            match s.max_replay {
+                None => {}
+                Some(toml::Value::String(v)) if v == "unlimited" => sc.max_replay = None,
+                Some(toml::Value::Integer(n)) if n >= 0 => sc.max_replay = Some(n as u64),
+                Some(v) => {
+                    return Err(err(
+                        &k("max_replay"),
+                        format!("{v} is neither a row count ≥ 0 nor \"unlimited\""),
+                    ))
+                }
+            }
+            let positive = |v: Option<i64>, key: &str, max: i64| -> Result<Option<i64>, ConfigError> {
+                match v {
+                    None => Ok(None),
+                    Some(n) if n >= 1 && n <= max => Ok(Some(n)),
+                    Some(n) => Err(err(&k(key), format!("{n} is outside 1..={max}"))),
+                }
+            };
+            if let Some(n) = positive(s.max_backlog, "max_backlog", 1 << 24)? {
+                sc.max_backlog = n as u64;
+            }
+            if let Some(n) = positive(s.max_in_flight, "max_in_flight", 65_536)? {
+                sc.max_in_flight = n as usize;
+            }
+            if let Some(n) = positive(s.max_inbound, "max_inbound", 1 << 24)? {
+                sc.max_inbound = n as usize;
+            }
+            if let Some(n) = positive(s.max_message_bytes, "max_message_bytes", 1 << 30)? {
+                sc.max_message_bytes = n as usize;
+            }
+            streams.push(sc);
+        }
+        if streams.is_empty() {
+            return Err(err("stream", "no [[stream]] declared: nothing to serve".into()));
+        }
+        Ok(Config {
+            listen,
+            data_dir,
+            streams,
+            echo: false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn names() {
+        assert!(valid_stream_name("trades"));
+        assert!(valid_stream_name("a.b-c_1"));
+        assert!(!valid_stream_name(""));
+        assert!(!valid_stream_name("-x"));
+        assert!(!valid_stream_name("bad name"));
+        assert!(!valid_stream_name(&"a".repeat(129)));
+    }
+
+    #[test]
+    fn loads_and_resolves_relative_paths() {
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), "t.json", TRADE_SCHEMA);
+        let p = write(
+            d.path(),
+            "c.toml",
+            "listen = \"127.0.0.1:0\"\n[[stream]]\nname = \"t\"\nschema = \"t.json\"\nmax_replay = \"unlimited\"\n[[stream]]\nname = \"live\"\ndurable = false\n",
+        );
+        let c = Config::load(&p).unwrap();
+        assert_eq!(c.streams.len(), 2);
+        assert_eq!(c.streams[0].max_replay, None);
+        assert!(c.streams[0].schema_json.is_some());
+        assert!(!c.streams[1].durable);
+        assert_eq!(c.data_dir, d.path().join("data"));
+    }
+
+    #[test]
+    fn refusals_name_file_key_and_reason() {
+        let d = tempfile::tempdir().unwrap();
+        let cases = [
+            ("[[stream]]\nname = \"bad name\"\n", "stream[0].name"),
+            ("[[stream]]\nname = \"t\"\nmax_replay = -3\n", "stream[0].max_replay"),
+            ("[[stream]]\nname = \"t\"\nmax_backlog = 0\n", "stream[0].max_backlog"),
+            ("[[stream]]\nname = \"t\"\nschema = \"missing.json\"\n", "stream[0].schema"),
+            ("[[stream]]\nname = \"t\"\n[[stream]]\nname = \"t\"\n", "stream[1].name"),
+            ("listen = \"nowhere\"\n[[stream]]\nname = \"t\"\n", "listen"),
+            ("[[stream]]\nname = \"t\"\ndurable = false\nexactly_once = true\n", "stream[0].exactly_once"),
+        ];
+        for (text, key) in cases {
+            let p = write(d.path(), "c.toml", text);
+            let e = Config::load(&p).unwrap_err();
+            assert_eq!(e.key, key, "{text}: {e}");
+            assert!(e.to_string().contains("c.toml"), "{e}");
+        }
+        let p = write(d.path(), "c.toml", "[[stream]]\nname = \"t\"\nbogus = 1\n");
+        let e = Config::load(&p).unwrap_err();
+        assert!(e.reason.contains("bogus"), "{e}");
+    }
+}

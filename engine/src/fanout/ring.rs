@@ -1,0 +1,111 @@
+//! The local hub: one stream's ring of recent frame batches on one shard, and the subscribers
+//! reading it.
+//!
+//! Every committed batch of every stream reaches every shard (an `Arc`, not a copy). The hub
+//! appends it to its ring and raises the signal of each subscriber of the stream on this core.
+//! The ring keeps at least `retain_frames` frames (the stream's `max_backlog` and more), so a live
+//! subscriber that is still allowed to be behind always finds its frames here; a replaying one
+//! reads below the ring through the reader pool. Runs on the shard thread only.
+
+use std::collections::VecDeque;
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+
+use super::batch::FrameBatch;
+use super::signal::Signal;
+
+/// One stream's ring on one shard.
+pub struct Hub {
+    ring: VecDeque<Arc<FrameBatch>>,
+    frames: usize,
+    retain_frames: usize,
+    head: u64,
+    subscribers: Vec<Weak<Signal>>,
+}
+
+impl Hub {
+    /// An empty ring whose next sequence is `head` (the log's end offset at start).
+    pub fn new(head: u64, retain_frames: usize) -> Hub {
+        Hub {
+            ring: VecDeque::new(),
+            frames: 0,
+            retain_frames,
+            head,
+            subscribers: Vec::new(),
+        }
+    }
+
+    /// The next sequence (offset) this shard will see: the frontier at attach.
+    pub fn head(&self) -> u64 {
+        self.head
+    }
+
+    /// The lowest sequence still in the ring (`head` when the ring is empty).
+    pub fn base(&self) -> u64 {
+        self.ring.front().map_or(self.head, |b| b.first)
+    }
+
+    /// Appends a committed batch and wakes this stream's subscribers. Batches arrive in sequence
+    /// order from the stream's single writer.
+    pub fn push(&mut self, batch: Arc<FrameBatch>) {
+        debug_assert_eq!(batch.first, self.head, "batches arrive in order");
+        self.head = batch.end();
+        self.frames += batch.len();
+        self.ring.push_back(batch);
+        while self.ring.len() > 1
+            && self.frames - self.ring.front().map_or(0, |b| b.len()) >= self.retain_frames
+        {
+            if let Some(old) = self.ring.pop_front() {
+                self.frames -= old.len();
+            }
+        }
+        self.subscribers.retain(|w| match w.upgrade() {
+            Some(s) => {
+                s.raise();
+                true
+            }
+            None => false,
+        });
+    }
+
+    /// Registers a subscriber's signal (dropped signals are pruned on the next push).
+    pub fn attach(&mut self, signal: &Rc<Signal>) {
+        self.subscribers.push(Rc::downgrade(signal));
+    }
+
+    /// Batches holding sequences at or after `from`, oldest first.
+    pub fn batches_from(&self, from: u64) -> impl Iterator<Item = &Arc<FrameBatch>> {
+        let skip = self.ring.partition_point(|b| b.end() <= from);
+        self.ring.range(skip..)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::batch::FrameBatchBuilder;
+    use super::*;
+
+    fn batch(first: u64, n: usize) -> Arc<FrameBatch> {
+        let mut b = FrameBatchBuilder::new(first, true, 64);
+        for _ in 0..n {
+            b.push(b"{}", 1);
+        }
+        Arc::new(b.finish())
+    }
+
+    #[test]
+    fn ring_retains_and_finds() {
+        let mut h = Hub::new(1, 8);
+        let s = Rc::new(Signal::default());
+        h.attach(&s);
+        h.push(batch(1, 4));
+        h.push(batch(5, 4));
+        h.push(batch(9, 4));
+        assert_eq!(h.head(), 13);
+        assert_eq!(h.base(), 5, "the oldest batch goes once 8 frames remain without it");
+        let firsts: Vec<u64> = h.batches_from(9).map(|b| b.first).collect();
+        assert_eq!(firsts, vec![9]);
+        let firsts: Vec<u64> = h.batches_from(6).map(|b| b.first).collect();
+        assert_eq!(firsts, vec![5, 9]);
+    }
+}

@@ -1,0 +1,140 @@
+//! The stream registry: every declared stream, its codec, its writer, its counters.
+//!
+//! Built once at start-up and shared read-only (`Arc`) by every thread; what changes at run time
+//! is atomic (counters, the committed frontier) or behind a short lock (exactly-once claims).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use corecast_storage::schema::{RowCodec, Schema};
+
+use crate::config::StreamConfig;
+
+/// Per-stream counters read by `/stats` and `/metrics`.
+#[derive(Default)]
+pub struct StreamStats {
+    /// Rows committed (or fanned out, on live-only streams) since start.
+    pub rows_in: AtomicU64,
+    /// Frames written to subscribers since start.
+    pub frames_out: AtomicU64,
+    /// Bytes written to subscribers since start.
+    pub bytes_out: AtomicU64,
+    /// Open WebSocket subscriptions.
+    pub subscribers: AtomicI64,
+    /// Open publisher connections.
+    pub publishers: AtomicI64,
+    /// Last time a frame was written to a subscriber, µs since the epoch (0 = never).
+    pub last_send_us: AtomicI64,
+    /// Subscribers closed with 4429.
+    pub dropped_slow: AtomicU64,
+}
+
+/// An exactly-once publisher's claim on its id. A newer connection with the same id sets
+/// `superseded` on the older claim (PROTOCOL.md §7, 4409).
+#[derive(Default)]
+pub struct Claim {
+    /// Set when a newer connection took the id over.
+    pub superseded: AtomicBool,
+}
+
+/// One declared stream.
+pub struct Stream {
+    /// Index in the registry (stable for the process).
+    pub index: usize,
+    /// The declaration.
+    pub cfg: StreamConfig,
+    /// Validates and encodes rows (schema'd or schema-less).
+    pub codec: RowCodec,
+    /// The compiled schema, for `where=` checks; `None` on schema-less streams.
+    pub schema: Option<Schema>,
+    /// The schema as greetings publish it (compact JSON object).
+    pub schema_published: Option<String>,
+    /// The stream's UUID from its log's meta table; `None` without a log.
+    pub stream_id: Option<String>,
+    /// `<data_dir>/<name>`.
+    pub dir: PathBuf,
+    /// The greeting's `metadata` URI (`file://…/NAME/NAME.metadata.json`); `None` without a log.
+    pub metadata: Option<String>,
+    /// The greeting's `metadata_hint` URI.
+    pub metadata_hint: Option<String>,
+    /// Which writer thread sequences this stream (`hash(name) mod writers`).
+    pub writer: usize,
+    /// Counters.
+    pub stats: StreamStats,
+    /// Rows handed to the writer and not yet committed (bounded by `max_inbound`).
+    pub inbound: AtomicUsize,
+    /// The committed frontier: the next sequence (offset) the writer will assign.
+    pub end: AtomicU64,
+    /// The earliest offset the log holds (`end` when the log is empty).
+    pub earliest: AtomicU64,
+    /// Exactly-once claims by publisher id.
+    pub claims: Mutex<HashMap<String, Arc<Claim>>>,
+    /// When the stream started serving, µs since the epoch.
+    pub started_us: i64,
+}
+
+impl Stream {
+    /// Whether the stream keeps a log.
+    pub fn durable(&self) -> bool {
+        self.cfg.durable
+    }
+
+    /// Takes the exactly-once id `id` for a new connection, marking any older claim superseded.
+    pub fn claim(&self, id: &str) -> Arc<Claim> {
+        let claim = Arc::new(Claim::default());
+        let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = claims.insert(id.to_string(), claim.clone()) {
+            old.superseded.store(true, Ordering::SeqCst);
+        }
+        claim
+    }
+
+    /// Releases `claim` if it is still the current one for `id`.
+    pub fn release(&self, id: &str, claim: &Arc<Claim>) {
+        let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        if claims.get(id).is_some_and(|c| Arc::ptr_eq(c, claim)) {
+            claims.remove(id);
+        }
+    }
+}
+
+/// Every stream, by index and by name.
+pub struct Registry {
+    /// Streams in declaration order.
+    pub streams: Vec<Arc<Stream>>,
+    by_name: HashMap<String, usize>,
+    /// Sorted names, for 4404's `serves`.
+    pub names_sorted: Vec<String>,
+}
+
+impl Registry {
+    /// Builds the registry from opened streams.
+    pub fn new(streams: Vec<Arc<Stream>>) -> Registry {
+        let by_name = streams
+            .iter()
+            .map(|s| (s.cfg.name.clone(), s.index))
+            .collect();
+        let mut names_sorted: Vec<String> = streams.iter().map(|s| s.cfg.name.clone()).collect();
+        names_sorted.sort();
+        Registry {
+            streams,
+            by_name,
+            names_sorted,
+        }
+    }
+
+    /// The stream called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<Stream>> {
+        self.by_name.get(name).map(|&i| &self.streams[i])
+    }
+}
+
+/// Current time in µs since the Unix epoch.
+pub fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}

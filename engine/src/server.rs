@@ -1,0 +1,272 @@
+//! Start-up and shutdown of `corecast serve`.
+//!
+//! Start-up: lock the data directory (an exclusive `flock`, so two processes never write one
+//! log), refuse a port already in use (the shard listeners use `SO_REUSEPORT`, which would
+//! otherwise share it silently), open every durable stream's log, start the writer threads, the
+//! reader pool and one pinned shard per core, and log which I/O driver runs.
+//!
+//! Shutdown on SIGTERM/SIGINT: shards stop accepting, publishers get every reply they are owed,
+//! then every connection is closed with 1001 `server shutting down`; writers commit what is queued
+//! and the process exits 0.
+
+use std::collections::hash_map::DefaultHasher;
+use std::fs::File;
+use std::hash::{Hash, Hasher};
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use corecast_net::rt::Driver;
+use corecast_storage::log::{Buffer, BufferReader};
+use corecast_storage::schema::{RowCodec, Schema};
+
+use crate::commit::writer::{Writer, WriterMsg};
+use crate::config::Config;
+use crate::registry::{now_us, Registry, Stream, StreamStats};
+use crate::replay::ReaderPool;
+use crate::shard::{self, ShardMsg, ShardSetup, Shared};
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Another process holds the data directory.
+    #[error("data directory {dir} is in use by another corecast process (lock {lock})")]
+    DataDirLocked {
+        /// The directory.
+        dir: String,
+        /// The lock file.
+        lock: String,
+    },
+    /// The port is taken.
+    #[error("cannot listen on {addr}: {reason}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS's reason.
+        reason: String,
+    },
+    /// A stream could not be opened.
+    #[error("stream {stream}: {reason}")]
+    Stream {
+        /// The stream.
+        stream: String,
+        /// What failed.
+        reason: String,
+    },
+    /// Anything else (I/O on the data directory, thread start).
+    #[error("{0}")]
+    Other(String),
+}
+
+/// How to run: the config plus command-line overrides.
+pub struct ServeOptions {
+    /// The configuration.
+    pub config: Config,
+    /// Serving threads (default: every core).
+    pub cores: Option<usize>,
+}
+
+/// A started server: its address and the handle to stop it.
+pub struct Running {
+    /// The address every shard listens on.
+    pub addr: SocketAddr,
+    /// Which driver the shards got.
+    pub driver: Driver,
+    shards: Vec<(flume::Sender<ShardMsg>, std::thread::JoinHandle<()>)>,
+    writers: Vec<(crossbeam_channel::Sender<WriterMsg>, std::thread::JoinHandle<()>)>,
+    pool: ReaderPool,
+    shared: Arc<Shared>,
+    _lock: File,
+}
+
+fn owner(name: &str, writers: usize) -> usize {
+    let mut h = DefaultHasher::new();
+    name.hash(&mut h);
+    (h.finish() % writers as u64) as usize
+}
+
+/// Starts the server; returns once every shard listens.
+pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
+    let cfg = opts.config;
+    let cores = opts
+        .cores
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
+        StartError::Other(format!("cannot create data directory {}: {e}", cfg.data_dir.display()))
+    })?;
+    let data_dir: PathBuf = cfg
+        .data_dir
+        .canonicalize()
+        .map_err(|e| StartError::Other(format!("{}: {e}", cfg.data_dir.display())))?;
+    let lock_path = data_dir.join(".corecast.lock");
+    let lock = File::create(&lock_path)
+        .map_err(|e| StartError::Other(format!("cannot create {}: {e}", lock_path.display())))?;
+    if lock.try_lock().is_err() {
+        return Err(StartError::DataDirLocked {
+            dir: data_dir.display().to_string(),
+            lock: lock_path.display().to_string(),
+        });
+    }
+    // SO_REUSEPORT would let a second server share the port silently: probe without it first.
+    let probe = StdListener::bind(cfg.listen).map_err(|e| StartError::Listen {
+        addr: cfg.listen,
+        reason: e.to_string(),
+    })?;
+    let addr = probe.local_addr().map_err(|e| StartError::Other(e.to_string()))?;
+    drop(probe);
+
+    // open the streams
+    let writers_n = cores;
+    let mut streams = Vec::new();
+    let mut buffers: Vec<Vec<(usize, Buffer)>> = (0..writers_n).map(|_| Vec::new()).collect();
+    let mut live: Vec<Vec<usize>> = (0..writers_n).map(|_| Vec::new()).collect();
+    let mut heads = Vec::new();
+    for (index, sc) in cfg.streams.iter().enumerate() {
+        let serr = |reason: String| StartError::Stream {
+            stream: sc.name.clone(),
+            reason,
+        };
+        let schema = match &sc.schema_json {
+            Some(text) => Some(Schema::compile(text).map_err(|e| serr(format!("schema: {e}")))?),
+            None => None,
+        };
+        let dir = data_dir.join(&sc.name);
+        let writer = owner(&sc.name, writers_n);
+        let (stream_id, end, earliest, metadata, hint) = if sc.durable {
+            let buffer = Buffer::open(&dir, sc.schema_json.as_deref())
+                .map_err(|e| serr(e.to_string()))?;
+            let end = buffer.end_offset();
+            let reader = BufferReader::open(&dir).map_err(|e| serr(e.to_string()))?;
+            let earliest = reader
+                .earliest()
+                .map_err(|e| serr(e.to_string()))?
+                .unwrap_or(end);
+            let id = buffer.stream_id().to_string();
+            buffers[writer].push((index, buffer));
+            let base = format!("file://{}/{}", dir.display(), sc.name);
+            (
+                Some(id),
+                end,
+                earliest,
+                Some(format!("{base}.metadata.json")),
+                Some(format!("{base}.metadata/version-hint.text")),
+            )
+        } else {
+            live[writer].push(index);
+            (None, 1, 1, None, None)
+        };
+        heads.push(end);
+        let codec = match &schema {
+            Some(s) => RowCodec::Schema(s.clone()),
+            None => RowCodec::Schemaless,
+        };
+        streams.push(Arc::new(Stream {
+            index,
+            cfg: sc.clone(),
+            schema_published: schema.as_ref().map(|s| s.published()),
+            schema,
+            codec,
+            stream_id,
+            dir,
+            metadata,
+            metadata_hint: hint,
+            writer,
+            stats: StreamStats::default(),
+            inbound: Default::default(),
+            end: AtomicU64::new(end),
+            earliest: AtomicU64::new(earliest),
+            claims: Mutex::new(Default::default()),
+            started_us: now_us(),
+        }));
+    }
+    let registry = Arc::new(Registry::new(streams));
+
+    // channels
+    let shard_chans: Vec<(flume::Sender<ShardMsg>, flume::Receiver<ShardMsg>)> =
+        (0..cores).map(|_| flume::unbounded()).collect();
+    let shard_senders: Vec<flume::Sender<ShardMsg>> =
+        shard_chans.iter().map(|(t, _)| t.clone()).collect();
+    let mut writers = Vec::new();
+    let mut writer_senders = Vec::new();
+    for (i, (bufs, lives)) in buffers.into_iter().zip(live).enumerate() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let w = Writer::new(rx, bufs, lives, registry.clone(), shard_senders.clone());
+        let h = std::thread::Builder::new()
+            .name(format!("corecast-writer-{i}"))
+            .spawn(move || w.run())
+            .map_err(|e| StartError::Other(format!("cannot start writer thread: {e}")))?;
+        writer_senders.push(tx.clone());
+        writers.push((tx, h));
+    }
+    let pool = ReaderPool::start(2, registry.clone());
+    let shared = Arc::new(Shared::new(
+        registry,
+        writer_senders,
+        pool.sender(),
+        cfg.echo,
+    ));
+    let core_ids = core_affinity::get_core_ids().unwrap_or_default();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let mut shards = Vec::new();
+    for (i, (tx, rx)) in shard_chans.into_iter().enumerate() {
+        let setup = ShardSetup {
+            index: i,
+            listen: addr,
+            core: core_ids.get(i % core_ids.len().max(1)).copied(),
+            shared: shared.clone(),
+            inbox: rx,
+            heads: heads.clone(),
+            ready: ready_tx.clone(),
+        };
+        let h = std::thread::Builder::new()
+            .name(format!("corecast-shard-{i}"))
+            .spawn(move || shard::run(setup))
+            .map_err(|e| StartError::Other(format!("cannot start shard thread: {e}")))?;
+        shards.push((tx, h));
+    }
+    let mut driver = Driver::IoUring;
+    for _ in 0..cores {
+        match ready_rx.recv() {
+            Ok(Ok(d)) => {
+                if d == Driver::Fallback {
+                    driver = d;
+                }
+            }
+            Ok(Err(reason)) => return Err(StartError::Listen { addr, reason }),
+            Err(_) => return Err(StartError::Other("a shard thread died at start".into())),
+        }
+    }
+    Ok(Running {
+        addr,
+        driver,
+        shards,
+        writers,
+        pool,
+        shared,
+        _lock: lock,
+    })
+}
+
+impl Running {
+    /// Stops the server: drain publishers, close every connection with 1001, commit what is
+    /// queued, join every thread.
+    pub fn shutdown(self) {
+        self.shared.shutting_down.store(true, Ordering::SeqCst);
+        for (tx, _) in &self.shards {
+            let _ = tx.send(ShardMsg::Shutdown);
+        }
+        for (_, h) in self.shards {
+            let _ = h.join();
+        }
+        for (tx, _) in &self.writers {
+            let _ = tx.send(WriterMsg::Stop);
+        }
+        for (_, h) in self.writers {
+            let _ = h.join();
+        }
+        drop(self.shared);
+        self.pool.join();
+    }
+}

@@ -1,0 +1,288 @@
+//! The HTTP front of every accepted connection.
+//!
+//! Reads the request head under a deadline (slow-loris clients are cut off after
+//! [`HANDSHAKE_TIMEOUT`]), parses it with httparse under `HttpLimits`, and routes it: a WebSocket
+//! upgrade becomes a publisher, subscriber or echo session; `GET /stats` answers JSON; anything
+//! else gets a JSON 404. Refusals of a WebSocket request (4400, 4404, 4412, 4416) are closes right
+//! after the 101, before any greeting (PROTOCOL.md §8). Runs on the accepting shard.
+
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use corecast_net::http::request::{parse_request, HttpLimits, Request};
+use corecast_net::http::response::{http_error_response, json_error, ResponseHead};
+use corecast_net::protocol::greeting::{Greeting, PublisherMark};
+use corecast_net::rt::{self, Conn, WriteHalf};
+use corecast_net::ws::close::CloseCode;
+use corecast_net::ws::frame::encode_close;
+use corecast_net::ws::handshake::{is_upgrade_request, response_101, validate_upgrade};
+
+use super::publisher::{push_text, ExactlyOnce};
+use super::route::{bad_request, route, Intent, Refusal};
+use super::subscriber::Start;
+use super::ws_io::WsReader;
+use super::{echo, publisher, stats, subscriber};
+use crate::fanout::signal::Signal;
+use crate::filter::{ColumnLookup, Filter};
+use crate::registry::Stream;
+use crate::shard::ShardCtx;
+
+/// How long a client has to send a complete request head.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The transport limit on one inbound WebSocket message (PROTOCOL.md §1): 1 MiB, or a stream's
+/// larger `max_message_bytes`.
+pub const TRANSPORT_MAX_BYTES: usize = 1 << 20;
+
+/// Serves one accepted connection to its end.
+pub async fn handle(ctx: Rc<ShardCtx>, conn: Conn) {
+    ctx.shared.connections.fetch_add(1, Ordering::Relaxed);
+    serve(&ctx, conn).await;
+    ctx.shared.connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
+    let (mut rd, mut wr) = conn.split();
+    let limits = HttpLimits::default();
+    let mut buf = Vec::with_capacity(4096);
+    let deadline = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
+    let (req, used) = loop {
+        match parse_request(&buf, &limits) {
+            Ok(Some(x)) => break x,
+            Ok(None) => {}
+            Err(e) => {
+                let _ = wr.write_all(http_error_response(&e)).await;
+                let _ = wr.shutdown().await;
+                return;
+            }
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rt::timeout(left, rd.read_into(std::mem::take(&mut buf), 4096)).await {
+            Some((Ok(n), b)) if n > 0 => buf = b,
+            Some(_) => return,
+            None => {
+                let body = json_error(408, "request_timeout", "no complete request head in 10 s", true);
+                let _ = wr.write_all(body).await;
+                let _ = wr.shutdown().await;
+                return;
+            }
+        }
+    };
+    let leftover = buf.split_off(used);
+    let name = req.path.strip_prefix('/').unwrap_or(&req.path).to_string();
+    if !is_upgrade_request(&req) {
+        let resp = plain_http(ctx, &req, &name);
+        let _ = wr.write_all(resp).await;
+        let _ = wr.shutdown().await;
+        return;
+    }
+    let accept = match validate_upgrade(&req) {
+        Ok(k) => k,
+        Err(e) => {
+            let _ = wr.write_all(e.response()).await;
+            let _ = wr.shutdown().await;
+            return;
+        }
+    };
+    let mut out = response_101(&accept);
+    if name == "_echo" && ctx.shared.echo {
+        let (res, _) = wr.write_all(out).await;
+        if res.is_ok() {
+            echo::run(WsReader::new(rd, leftover, 16 << 20), wr).await;
+        }
+        return;
+    }
+    let intent = route(&name, req.query.as_bytes(), &ctx.shared.registry);
+    let intent = match intent {
+        Ok(i) => i,
+        Err(r) => return refuse(wr, out, r).await,
+    };
+    if ctx.shutting_down() {
+        return refuse(
+            wr,
+            out,
+            Refusal {
+                code: 1001,
+                reason: "server shutting down".into(),
+            },
+        )
+        .await;
+    }
+    match intent {
+        Intent::Publish { stream, publisher } => {
+            let st = ctx.shared.registry.streams[stream].clone();
+            let eo = match publisher {
+                Some(id) => {
+                    let claim = st.claim(&id);
+                    Some(ExactlyOnce { id, claim })
+                }
+                None => None,
+            };
+            let mark = match &eo {
+                Some(e) => {
+                    let (tx, rx) = flume::bounded(1);
+                    let _ = ctx.shared.writers[st.writer].send(crate::commit::writer::WriterMsg::Mark {
+                        stream,
+                        id: e.id.clone(),
+                        reply: tx,
+                    });
+                    let m = rx.recv_async().await.ok().flatten();
+                    Some(PublisherMark {
+                        id: &e.id,
+                        last_seq: m.as_ref().map_or(0, |m| m.last_seq),
+                        last_offset: m.and_then(|m| m.last_offset),
+                    })
+                }
+                None => None,
+            };
+            let end = st.durable().then(|| st.end.load(Ordering::Acquire));
+            let g = greeting(&st, end, None, None, mark);
+            push_text(&mut out, &g);
+            let _ = &eo;
+            let (res, _) = wr.write_all(out).await;
+            if res.is_err() {
+                if let Some(e) = &eo {
+                    st.release(&e.id, &e.claim);
+                }
+                return;
+            }
+            let max = st.cfg.max_message_bytes.max(TRANSPORT_MAX_BYTES);
+            publisher::run(ctx.clone(), st, WsReader::new(rd, leftover, max), wr, eo).await;
+        }
+        Intent::Subscribe {
+            stream,
+            offset,
+            where_json,
+        } => {
+            let st = ctx.shared.registry.streams[stream].clone();
+            let filter = match where_json {
+                None => None,
+                Some(w) => match parse_filter(&st, &w) {
+                    Ok(f) => Some(f),
+                    Err(detail) => return refuse(wr, out, bad_request(&detail)).await,
+                },
+            };
+            // attach and read the frontier in one step on this thread: no gap, no duplicate
+            let signal = Rc::new(Signal::default());
+            let head = {
+                let mut hub = ctx.hubs[stream].borrow_mut();
+                hub.attach(&signal);
+                hub.head()
+            };
+            let (start, replay) = match offset {
+                None => (Start { next: head, replay_end: head }, None),
+                Some(n) => match replay_window(&st, n, head) {
+                    Ok(first) => (Start { next: first, replay_end: head }, Some((first, head))),
+                    Err(r) => return refuse(wr, out, r).await,
+                },
+            };
+            let g = greeting(
+                &st,
+                st.durable().then_some(head),
+                replay,
+                filter.as_ref().map(|f| f.echo()),
+                None,
+            );
+            push_text(&mut out, &g);
+            let (res, _) = wr.write_all(out).await;
+            if res.is_err() {
+                return;
+            }
+            ctx.register(&signal);
+            let ws = WsReader::new(rd, leftover, TRANSPORT_MAX_BYTES);
+            subscriber::run(ctx.clone(), st, ws, wr, start, filter, signal).await;
+        }
+    }
+}
+
+/// The first offset to replay for `offset=n` with the frontier at `head`, or the 4416 refusal
+/// (PROTOCOL.md §6).
+fn replay_window(st: &Stream, n: u64, head: u64) -> Result<u64, Refusal> {
+    let refuse = |fields: String| Refusal {
+        code: 4416,
+        reason: format!("{{\"error\":\"not_replayable\",{fields}}}"),
+    };
+    if !st.durable() {
+        return Err(refuse(r#""why":"not_durable""#.into()));
+    }
+    let earliest = st.earliest.load(Ordering::Acquire).min(head).max(1);
+    let first = if n == 0 { earliest } else { n };
+    if first > head {
+        return Err(refuse(format!(
+            r#""why":"ahead","offset":{first},"end_offset":{head}"#
+        )));
+    }
+    if first < earliest {
+        return Err(refuse(format!(
+            r#""why":"evicted","offset":{first},"earliest":{earliest}"#
+        )));
+    }
+    if let Some(max) = st.cfg.max_replay {
+        let behind = head - first;
+        if behind > max {
+            return Err(refuse(format!(
+                r#""why":"too_old","offset":{first},"behind":{behind},"max_replay":{max}"#
+            )));
+        }
+    }
+    Ok(first)
+}
+
+fn parse_filter(st: &Stream, text: &str) -> Result<Filter, String> {
+    match &st.schema {
+        Some(schema) => {
+            let lookup = |c: &str| match schema.column(c) {
+                None => ColumnLookup::Unknown,
+                Some((_, col)) if col.is_filterable() => ColumnLookup::Scalar,
+                Some(_) => ColumnLookup::NotScalar,
+            };
+            Filter::parse(text, Some(&lookup))
+        }
+        None => Filter::parse(text, None),
+    }
+}
+
+fn greeting(
+    st: &Stream,
+    end_offset: Option<u64>,
+    replay: Option<(u64, u64)>,
+    where_json: Option<&str>,
+    publisher: Option<PublisherMark<'_>>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1024);
+    Greeting {
+        stream: &st.cfg.name,
+        end_offset,
+        replay,
+        durable: st.durable(),
+        group_commit: st.durable(),
+        schema_json: st.schema_published.as_deref(),
+        metadata: st.metadata.as_deref(),
+        metadata_hint: st.metadata_hint.as_deref(),
+        stream_id: st.stream_id.as_deref(),
+        where_json,
+        publisher,
+    }
+    .encode(&mut out);
+    out
+}
+
+async fn refuse(mut wr: WriteHalf, mut out: Vec<u8>, r: Refusal) {
+    encode_close(Some(CloseCode(r.code)), &r.reason, None, &mut out);
+    let _ = wr.write_all(out).await;
+    let _ = wr.shutdown().await;
+}
+
+fn plain_http(ctx: &ShardCtx, req: &Request, name: &str) -> Vec<u8> {
+    match (req.method.as_str(), name) {
+        ("GET", "stats") => {
+            let body = stats::render(&ctx.shared);
+            ResponseHead::new(200)
+                .header("content-type", "application/json")
+                .header("cache-control", "no-cache")
+                .finish(body.as_bytes())
+        }
+        _ => json_error(404, "not_found", &format!("no such path: /{name}"), false),
+    }
+}

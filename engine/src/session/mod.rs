@@ -1,0 +1,11 @@
+//! Connections: the HTTP front ([`conn`]) routes each accepted socket to a WebSocket session —
+//! [`publisher`], [`subscriber`], [`echo`] — or answers a plain HTTP request ([`stats`], 404).
+//! [`ws_io`] turns socket bytes into WebSocket events for all of them.
+
+pub mod conn;
+pub mod echo;
+pub mod publisher;
+pub mod route;
+pub mod stats;
+pub mod subscriber;
+pub mod ws_io;

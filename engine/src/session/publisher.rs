@@ -1,0 +1,382 @@
+//! A publisher connection: frames in, one reply per frame out, in frame order.
+//!
+//! Runs on the shard that accepted the connection, as two tasks sharing [`PubState`]:
+//! - the **reader** decodes each message, parses it (`corecast_storage::json`), validates and
+//!   encodes every row on this core (`RowCodec::encode_row`), and hands an [`Append`] to the
+//!   stream's writer thread — or queues the refusal (`bad_frame`, `rejected`) in the same order.
+//!   It stops reading while `max_in_flight` replies are owed, and waits while the stream has
+//!   `max_inbound` rows queued for commit: backpressure by not reading, never an error;
+//! - the **replier** answers the queue front to back (PROTOCOL.md §7: exactly one reply per frame,
+//!   in order), batching every ready reply into one write, and closes the connection at the end
+//!   (4409 when superseded, 1001 on shutdown, the peer's code when it closed, 1002/1007/1009 on
+//!   a violation).
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use corecast_net::protocol::reply::{Offsets, Reply};
+use corecast_net::rt::{self, WriteHalf};
+use corecast_net::ws::frame::{encode_close, encode_pong, frame_in_place, OpCode};
+use corecast_net::ws::close::CloseCode;
+use corecast_storage::json;
+use sonic_rs::{JsonContainerTrait, JsonValueTrait, Value};
+
+use super::ws_io::{WsIn, WsReader};
+use crate::commit::writer::{Append, AppendReply, WriterMsg};
+use crate::fanout::signal::Signal;
+use crate::registry::{Claim, Stream};
+use crate::shard::ShardCtx;
+
+/// An exactly-once publisher's identity on this connection.
+pub struct ExactlyOnce {
+    /// The publisher id (1–128 bytes of UTF-8).
+    pub id: String,
+    /// This connection's claim on the id.
+    pub claim: Arc<Claim>,
+}
+
+enum Pending {
+    /// A reply payload ready to send (text).
+    Ready(Vec<u8>),
+    /// A reply owed by the writer thread.
+    Owed(flume::Receiver<AppendReply>),
+    /// A complete control frame (pong).
+    Control(Vec<u8>),
+}
+
+#[derive(Default)]
+struct PubState {
+    queue: RefCell<VecDeque<Pending>>,
+    owed: Cell<usize>,
+    replier: Signal,
+    reader: Signal,
+    reader_busy: Cell<bool>,
+    reader_done: Cell<bool>,
+    close: RefCell<Option<(u16, String)>>,
+    dead: Cell<bool>,
+}
+
+impl PubState {
+    fn push(&self, p: Pending) {
+        if !matches!(p, Pending::Control(_)) {
+            self.owed.set(self.owed.get() + 1);
+        }
+        self.queue.borrow_mut().push_back(p);
+        self.replier.raise();
+    }
+}
+
+/// Serves a publisher until it closes, is superseded, or the server shuts down.
+pub async fn run(
+    ctx: Rc<ShardCtx>,
+    stream: Arc<Stream>,
+    ws: WsReader,
+    wr: WriteHalf,
+    eo: Option<ExactlyOnce>,
+) {
+    let state = Rc::new(PubState::default());
+    stream.stats.publishers.fetch_add(1, Ordering::Relaxed);
+    ctx.shared.publishers_open.fetch_add(1, Ordering::SeqCst);
+    let eo = eo.map(Rc::new);
+    rt::spawn(read_loop(ctx.clone(), stream.clone(), ws, state.clone(), eo.clone()));
+    reply_loop(&ctx, &stream, wr, &state, eo.as_deref()).await;
+    if let Some(eo) = &eo {
+        stream.release(&eo.id, &eo.claim);
+    }
+    stream.stats.publishers.fetch_sub(1, Ordering::Relaxed);
+    ctx.shared.publishers_open.fetch_sub(1, Ordering::SeqCst);
+}
+
+fn superseded(eo: Option<&ExactlyOnce>) -> bool {
+    eo.is_some_and(|e| e.claim.superseded.load(Ordering::SeqCst))
+}
+
+async fn read_loop(
+    ctx: Rc<ShardCtx>,
+    stream: Arc<Stream>,
+    mut ws: WsReader,
+    state: Rc<PubState>,
+    eo: Option<Rc<ExactlyOnce>>,
+) {
+    loop {
+        if ctx.shutting_down() || superseded(eo.as_deref()) || state.dead.get() {
+            break;
+        }
+        let ev = ws.next().await;
+        if ctx.shutting_down() || superseded(eo.as_deref()) {
+            break;
+        }
+        match ev {
+            WsIn::Message { data, .. } => {
+                if data.len() > stream.cfg.max_message_bytes {
+                    let reason = format!(
+                        "{{\"error\":\"too_big\",\"size\":{},\"limit\":{},\"stream\":{}}}",
+                        data.len(),
+                        stream.cfg.max_message_bytes,
+                        sonic_rs::to_string(&stream.cfg.name).unwrap_or_default()
+                    );
+                    *state.close.borrow_mut() = Some((1009, reason));
+                    break;
+                }
+                state.reader_busy.set(true);
+                let p = handle_frame(&ctx, &stream, &data, eo.as_deref()).await;
+                state.push(p);
+                state.reader_busy.set(false);
+                while state.owed.get() >= stream.cfg.max_in_flight && !state.dead.get() {
+                    state.reader.wait().await;
+                }
+            }
+            WsIn::Ping(p) => {
+                let mut f = Vec::with_capacity(p.len() + 2);
+                encode_pong(&p, None, &mut f);
+                state.push(Pending::Control(f));
+            }
+            WsIn::Close { code } => {
+                let code = code.unwrap_or(1000);
+                *state.close.borrow_mut() = Some((code, String::new()));
+                break;
+            }
+            WsIn::Violation { code, reason } => {
+                *state.close.borrow_mut() = Some((code, reason));
+                break;
+            }
+            WsIn::Gone => {
+                state.dead.set(true);
+                break;
+            }
+        }
+    }
+    state.reader_done.set(true);
+    state.replier.raise();
+}
+
+/// Parses, checks and encodes one publish frame; hands it to the writer. Returns the queue entry
+/// that will answer it.
+async fn handle_frame(
+    ctx: &ShardCtx,
+    stream: &Stream,
+    data: &[u8],
+    eo: Option<&ExactlyOnce>,
+) -> Pending {
+    let v = match json::parse(data) {
+        Ok(v) => v,
+        Err(e) => return Pending::Ready(reply::bad_frame(&format!("publish frame is not JSON: {e}"))),
+    };
+    let (rows, seq): (Vec<&Value>, Option<u64>) = match shape(&v, eo.is_some()) {
+        Ok(x) => x,
+        Err(detail) => return Pending::Ready(reply::bad_frame(&detail)),
+    };
+    let mut buf = Vec::with_capacity(data.len() + 16);
+    let mut ends = Vec::with_capacity(rows.len());
+    for row in rows {
+        if let Err(e) = stream.codec.encode_row(row, &mut buf) {
+            return Pending::Ready(reply::rejected(&e.to_string()));
+        }
+        ends.push(buf.len() as u32);
+    }
+    let n = ends.len();
+    while stream.inbound.load(Ordering::Acquire) >= stream.cfg.max_inbound {
+        rt::sleep(Duration::from_micros(500)).await;
+    }
+    stream.inbound.fetch_add(n, Ordering::AcqRel);
+    let (tx, rx) = flume::bounded(1);
+    let msg = WriterMsg::Append(Append {
+        stream: stream.index,
+        rows: buf,
+        ends,
+        publisher: eo.zip(seq).map(|(e, s)| (e.id.clone(), s)),
+        reply: tx,
+    });
+    if ctx.shared.writers[stream.writer].send(msg).is_err() {
+        stream.inbound.fetch_sub(n, Ordering::AcqRel);
+        return Pending::Ready(reply::commit_failed("the stream's writer has stopped"));
+    }
+    Pending::Owed(rx)
+}
+
+fn type_name(v: &Value) -> &'static str {
+    if v.is_null() {
+        "null"
+    } else if v.is_boolean() {
+        "bool"
+    } else if v.is_i64() || v.is_u64() {
+        "int"
+    } else if v.is_number() {
+        "float"
+    } else if v.is_str() {
+        "str"
+    } else if v.is_array() {
+        "list"
+    } else {
+        "dict"
+    }
+}
+
+/// The rows a publish frame holds, and its seq on exactly-once connections (PROTOCOL.md §7).
+fn shape(v: &Value, exactly_once: bool) -> Result<(Vec<&Value>, Option<u64>), String> {
+    fn rows_of(v: &Value) -> Result<Vec<&Value>, String> {
+        if v.is_object() {
+            return Ok(vec![v]);
+        }
+        let Some(list) = v.as_array() else {
+            return Err(format!("publish frame is a {}, not a row or a list", type_name(v)));
+        };
+        if list.is_empty() {
+            return Err("publish frame is an empty list; send at least one row".into());
+        }
+        let mut rows = Vec::with_capacity(list.len());
+        for x in list.iter() {
+            if !x.is_object() {
+                return Err(format!("publish frame holds a {}, not a row", type_name(x)));
+            }
+            rows.push(x);
+        }
+        Ok(rows)
+    }
+    if !exactly_once {
+        return rows_of(v).map(|r| (r, None));
+    }
+    const SHAPE: &str = "an exactly-once publish frame is [seq, row] or [seq, [rows]]";
+    let Some(pair) = v.as_array().filter(|a| a.len() == 2) else {
+        return Err(SHAPE.into());
+    };
+    let seq_v = &pair[0];
+    if seq_v.is_boolean() {
+        return Err(format!("{SHAPE}; seq is a bool, not an int"));
+    }
+    let Some(seq) = seq_v.as_u64() else {
+        return Err(format!("{SHAPE}; seq must be an integer >= 1"));
+    };
+    if seq == 0 {
+        return Err("seq=0; exactly-once seqs start at 1".into());
+    }
+    let rows = rows_of(&pair[1]).map_err(|e| format!("{SHAPE}: {e}"))?;
+    Ok((rows, Some(seq)))
+}
+
+fn reply_payload(r: AppendReply) -> Vec<u8> {
+    match r {
+        AppendReply::Ok { offsets, dup } => Reply::Ok {
+            offsets: Offsets::List(&offsets),
+            dup: dup as u64,
+        }
+        .to_bytes(),
+        AppendReply::Gap { expected, got } => Reply::Gap { expected, got }.to_bytes(),
+        AppendReply::CommitFailed(detail) => reply::commit_failed(&detail),
+    }
+}
+
+/// Reply payloads built from text.
+mod reply {
+    use corecast_net::protocol::reply::Reply;
+
+    pub fn bad_frame(detail: &str) -> Vec<u8> {
+        Reply::BadFrame { detail }.to_bytes()
+    }
+
+    pub fn rejected(detail: &str) -> Vec<u8> {
+        Reply::Rejected { detail }.to_bytes()
+    }
+
+    pub fn commit_failed(detail: &str) -> Vec<u8> {
+        Reply::CommitFailed { detail }.to_bytes()
+    }
+}
+
+async fn reply_loop(
+    ctx: &ShardCtx,
+    stream: &Stream,
+    mut wr: WriteHalf,
+    state: &PubState,
+    eo: Option<&ExactlyOnce>,
+) {
+    let mut out: Vec<u8> = Vec::with_capacity(4096);
+    loop {
+        // gather every reply that is ready, front to back
+        loop {
+            let front = state.queue.borrow_mut().pop_front();
+            let Some(p) = front else { break };
+            match p {
+                Pending::Ready(payload) => {
+                    push_text(&mut out, &payload);
+                    state.owed.set(state.owed.get() - 1);
+                }
+                Pending::Control(frame) => out.extend_from_slice(&frame),
+                Pending::Owed(rx) => match rx.try_recv() {
+                    Ok(r) => {
+                        push_text(&mut out, &reply_payload(r));
+                        state.owed.set(state.owed.get() - 1);
+                    }
+                    Err(flume::TryRecvError::Empty) => {
+                        if !out.is_empty() {
+                            state.queue.borrow_mut().push_front(Pending::Owed(rx));
+                            break;
+                        }
+                        let r = rx.recv_async().await.unwrap_or_else(|_| {
+                            AppendReply::CommitFailed("the stream's writer has stopped".into())
+                        });
+                        push_text(&mut out, &reply_payload(r));
+                        state.owed.set(state.owed.get() - 1);
+                    }
+                    Err(flume::TryRecvError::Disconnected) => {
+                        push_text(
+                            &mut out,
+                            &reply::commit_failed("the stream's writer has stopped"),
+                        );
+                        state.owed.set(state.owed.get() - 1);
+                    }
+                },
+            }
+        }
+        if !out.is_empty() {
+            state.reader.raise();
+            let (res, back) = wr.write_all(std::mem::take(&mut out)).await;
+            out = back;
+            out.clear();
+            if res.is_err() {
+                state.dead.set(true);
+                state.reader.raise();
+                return;
+            }
+            continue;
+        }
+        let drained = state.queue.borrow().is_empty() && !state.reader_busy.get();
+        if drained
+            && (state.reader_done.get() || ctx.shutting_down() || superseded(eo))
+        {
+            break;
+        }
+        // wake at least every 100 ms to notice a takeover by another shard
+        rt::timeout(Duration::from_millis(100), state.replier.wait()).await;
+    }
+    state.dead.set(true);
+    state.reader.raise();
+    if state.queue.borrow().is_empty() && !state.dead.get() {
+        // unreachable: dead was just set; kept simple below
+    }
+    let (code, reason) = if superseded(eo) {
+        (CloseCode(4409).0, r#"{"error":"superseded"}"#.to_string())
+    } else if let Some(c) = state.close.borrow_mut().take() {
+        c
+    } else if ctx.shutting_down() {
+        (1001, "server shutting down".to_string())
+    } else {
+        let _ = stream;
+        return;
+    };
+    let mut f = Vec::with_capacity(reason.len() + 4);
+    encode_close(Some(CloseCode(code)), &reason, None, &mut f);
+    let _ = wr.write_all(f).await;
+    let _ = wr.shutdown().await;
+}
+
+/// Appends `payload` to `out` as one server text frame.
+pub fn push_text(out: &mut Vec<u8>, payload: &[u8]) {
+    let start = out.len();
+    out.extend_from_slice(payload);
+    frame_in_place(out, start, OpCode::Text);
+}

@@ -1,0 +1,173 @@
+//! What a WebSocket request asks for: the stream (the path) and the purpose (the query string),
+//! checked exactly as PROTOCOL.md §2 describes. Pure: no I/O, no shard state.
+
+use corecast_net::http::query::Query;
+
+use crate::config::valid_stream_name;
+use crate::registry::Registry;
+
+/// A checked WebSocket request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Intent {
+    /// Read the stream.
+    Subscribe {
+        /// Stream index.
+        stream: usize,
+        /// `offset=N` (0 = EARLIEST); `None` = live only.
+        offset: Option<u64>,
+        /// The raw `where=` JSON.
+        where_json: Option<String>,
+    },
+    /// Publish to the stream.
+    Publish {
+        /// Stream index.
+        stream: usize,
+        /// `publisher=ID`: an exactly-once publisher.
+        publisher: Option<String>,
+    },
+}
+
+/// A refusal sent as a close before any greeting.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// Close code (4400, 4404, 4412).
+    pub code: u16,
+    /// JSON reason.
+    pub reason: String,
+}
+
+/// 4400 `{"error":"bad_request","detail":…}` with the detail cut to 80 characters.
+pub fn bad_request(detail: &str) -> Refusal {
+    let detail: String = detail.chars().take(80).collect();
+    Refusal {
+        code: 4400,
+        reason: format!(
+            "{{\"error\":\"bad_request\",\"detail\":{}}}",
+            sonic_rs::to_string(&detail).unwrap_or_else(|_| "\"\"".into())
+        ),
+    }
+}
+
+/// Parses an offset the way Python's `int()` does (surrounding whitespace, a sign, `_` between
+/// digits), which is what the reference accepts (`+5`, ` 5 `, `5_000`).
+pub fn parse_py_int(s: &str) -> Option<i128> {
+    let t = s.trim();
+    let (neg, digits) = match t.as_bytes().first()? {
+        b'-' => (true, &t[1..]),
+        b'+' => (false, &t[1..]),
+        _ => (false, t),
+    };
+    if digits.is_empty() || digits.starts_with('_') || digits.ends_with('_') || digits.contains("__") {
+        return None;
+    }
+    let mut v: i128 = 0;
+    for c in digits.bytes() {
+        match c {
+            b'0'..=b'9' => {
+                v = v.checked_mul(10)?.checked_add((c - b'0') as i128)?;
+            }
+            b'_' => {}
+            _ => return None,
+        }
+    }
+    Some(if neg { -v } else { v })
+}
+
+/// Checks a request for stream `name` (percent-decoded path without the leading `/`) with the
+/// raw query string.
+pub fn route(name: &str, query: &[u8], registry: &Registry) -> Result<Intent, Refusal> {
+    let q = Query::parse(query);
+    let unknown: Vec<&str> = q
+        .keys()
+        .filter(|k| !matches!(*k, "offset" | "publish" | "publisher" | "where"))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(bad_request(&format!(
+            "unknown query parameter(s): {}",
+            unknown.join(", ")
+        )));
+    }
+    let publish = q.contains("publish");
+    if publish && q.contains("offset") {
+        return Err(bad_request("publish and offset are different requests; pass one"));
+    }
+    if publish && q.contains("where") {
+        return Err(bad_request("publish takes no where=; a publisher receives nothing"));
+    }
+    let publisher = q.get("publisher").map(str::to_string);
+    if publisher.is_some() && !publish {
+        return Err(bad_request("publisher= names an exactly-once publisher; it needs publish"));
+    }
+    if let Some(p) = &publisher {
+        if p.is_empty() || p.len() > 128 {
+            return Err(bad_request(&format!(
+                "a publisher id is 1 to 128 bytes of UTF-8; got {}",
+                p.len()
+            )));
+        }
+    }
+    let Some(stream) = registry.get(name) else {
+        if !valid_stream_name(name) {
+            return Err(bad_request("invalid stream name"));
+        }
+        let mut serves = String::new();
+        for n in &registry.names_sorted {
+            let item = sonic_rs::to_string(n).unwrap_or_default();
+            // keep the reason within 123 bytes: drop trailing names
+            if 44 + serves.len() + item.len() + 1 > 123 {
+                break;
+            }
+            if !serves.is_empty() {
+                serves.push(',');
+            }
+            serves.push_str(&item);
+        }
+        return Err(Refusal {
+            code: 4404,
+            reason: format!("{{\"error\":\"no_such_stream\",\"serves\":[{serves}]}}"),
+        });
+    };
+    if publish {
+        if publisher.is_some() && !stream.cfg.exactly_once {
+            return Err(Refusal {
+                code: 4412,
+                reason: r#"{"error":"exactly_once_unavailable","why":"stream"}"#.into(),
+            });
+        }
+        return Ok(Intent::Publish {
+            stream: stream.index,
+            publisher,
+        });
+    }
+    let offset = match q.get("offset") {
+        None => None,
+        Some(raw) => match parse_py_int(raw) {
+            None => return Err(bad_request(&format!("offset={raw} is not an integer"))),
+            Some(n) if n < 0 => {
+                return Err(bad_request(&format!("offset={n} is negative; 0 means everything")))
+            }
+            Some(n) => Some(u64::try_from(n).unwrap_or(u64::MAX)),
+        },
+    };
+    Ok(Intent::Subscribe {
+        stream: stream.index,
+        offset,
+        where_json: q.get("where").map(str::to_string),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_ints() {
+        assert_eq!(parse_py_int("5"), Some(5));
+        assert_eq!(parse_py_int(" +5 "), Some(5));
+        assert_eq!(parse_py_int("5_000"), Some(5000));
+        assert_eq!(parse_py_int("-1"), Some(-1));
+        for bad in ["", "abc", "5__0", "_5", "5_", "1e3", "0x10", "+"] {
+            assert_eq!(parse_py_int(bad), None, "{bad}");
+        }
+    }
+}

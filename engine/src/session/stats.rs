@@ -1,0 +1,62 @@
+//! `GET /stats`: one JSON document of per-stream counters (PROTOCOL.md §11, plus corecast's
+//! extras). Times are given both as the reference's float seconds and as µs integers.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use crate::registry::now_us;
+use crate::shard::Shared;
+
+/// Renders the document:
+/// `{"served_at":s,"driver":"io_uring"|"fallback","connections":n,"streams":[{"name","durable",
+/// "end_offset","subscribers","publishers","rows_in","frames_out","bytes_out","dropped_slow",
+/// "started_us","started_ts","uptime_s","last_send_us","last_send_ts","last_send_age_s"}]}`.
+pub fn render(shared: &Shared) -> String {
+    let now = now_us();
+    let secs = |us: i64| us as f64 / 1e6;
+    let mut s = String::with_capacity(512);
+    let _ = write!(
+        s,
+        "{{\"served_at\":{},\"driver\":\"{}\",\"connections\":{},\"streams\":[",
+        secs(now),
+        shared.driver_name(),
+        shared.connections.load(Ordering::Relaxed)
+    );
+    for (i, st) in shared.registry.streams.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let last = st.stats.last_send_us.load(Ordering::Relaxed);
+        let end = if st.durable() {
+            st.end.load(Ordering::Acquire).to_string()
+        } else {
+            "null".into()
+        };
+        let (last_us, last_ts, last_age) = if last > 0 {
+            (last.to_string(), secs(last).to_string(), secs(now - last).to_string())
+        } else {
+            ("null".into(), "null".into(), "null".into())
+        };
+        let _ = write!(
+            s,
+            "{{\"name\":{},\"durable\":{},\"end_offset\":{},\"subscribers\":{},\"publishers\":{},\"rows_in\":{},\"frames_out\":{},\"bytes_out\":{},\"dropped_slow\":{},\"started_us\":{},\"started_ts\":{},\"uptime_s\":{},\"last_send_us\":{},\"last_send_ts\":{},\"last_send_age_s\":{}}}",
+            sonic_rs::to_string(&st.cfg.name).unwrap_or_default(),
+            st.durable(),
+            end,
+            st.stats.subscribers.load(Ordering::Relaxed),
+            st.stats.publishers.load(Ordering::Relaxed),
+            st.stats.rows_in.load(Ordering::Relaxed),
+            st.stats.frames_out.load(Ordering::Relaxed),
+            st.stats.bytes_out.load(Ordering::Relaxed),
+            st.stats.dropped_slow.load(Ordering::Relaxed),
+            st.started_us,
+            secs(st.started_us),
+            secs(now - st.started_us),
+            last_us,
+            last_ts,
+            last_age,
+        );
+    }
+    s.push_str("]}");
+    s
+}

@@ -1,0 +1,256 @@
+//! A subscriber: a cursor over the log, fed from the reader pool below the ring and from the
+//! shard's ring above it.
+//!
+//! The session holds `next`, the next offset owed. While `next` is below the ring it asks the
+//! reader pool for a chunk of ready-made frames; once inside the ring it slices the shared batch
+//! buffers. Either way it writes everything owed with one vectored write per wake-up, so replay and
+//! live are the same loop and the splice is an offset: no gap, no duplicate. A subscriber whose
+//! lag past its replay window exceeds `max_backlog` frames gets what it was already sent (a
+//! contiguous prefix) and then close 4429 `{"error":"too_slow","backlog":N}`; nobody else waits
+//! for it. Runs on the shard that accepted the connection: one writer task and one reader task
+//! (pings, the peer's close).
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use corecast_net::rt::{self, FrameVec, WriteHalf};
+use corecast_net::ws::close::CloseCode;
+use corecast_net::ws::frame::{encode_close, encode_pong};
+
+use super::ws_io::{WsIn, WsReader};
+use crate::fanout::batch::FrameBatch;
+use crate::fanout::signal::Signal;
+use crate::filter::Filter;
+use crate::registry::{now_us, Stream};
+use crate::replay::ReplayJob;
+use crate::shard::ShardCtx;
+
+/// Most bytes gathered into one vectored write.
+const WRITE_BYTES_MAX: usize = 4 << 20;
+
+#[derive(Default)]
+struct SubState {
+    control: RefCell<Vec<u8>>,
+    peer_close: Cell<Option<(u16, bool)>>,
+    gone: Cell<bool>,
+}
+
+/// Where a subscription starts.
+pub struct Start {
+    /// First offset (sequence) owed.
+    pub next: u64,
+    /// End of the replay window (the frontier at attach); live lag is counted past it.
+    pub replay_end: u64,
+}
+
+/// Serves a subscriber until it closes, falls too far behind, or the server shuts down.
+/// The greeting was already written by the caller.
+pub async fn run(
+    ctx: Rc<ShardCtx>,
+    stream: Arc<Stream>,
+    ws: WsReader,
+    mut wr: WriteHalf,
+    start: Start,
+    filter: Option<Filter>,
+    signal: Rc<Signal>,
+) {
+    let state = Rc::new(SubState::default());
+    stream.stats.subscribers.fetch_add(1, Ordering::Relaxed);
+    rt::spawn(read_loop(ws, state.clone(), signal.clone()));
+    let close = serve(&ctx, &stream, &mut wr, &state, &signal, start, filter.as_ref()).await;
+    stream.stats.subscribers.fetch_sub(1, Ordering::Relaxed);
+    if let Some((code, reason)) = close {
+        let mut f = Vec::with_capacity(reason.len() + 8);
+        f.extend_from_slice(&state.control.borrow_mut().split_off(0));
+        encode_close(Some(CloseCode(code)), &reason, None, &mut f);
+        let _ = rt::timeout(std::time::Duration::from_secs(5), wr.write_all(f)).await;
+        let _ = wr.shutdown().await;
+    }
+}
+
+async fn read_loop(mut ws: WsReader, state: Rc<SubState>, signal: Rc<Signal>) {
+    loop {
+        match ws.next().await {
+            WsIn::Message { .. } => {}
+            WsIn::Ping(p) => {
+                encode_pong(&p, None, &mut state.control.borrow_mut());
+                signal.raise();
+            }
+            WsIn::Close { code } => {
+                state.peer_close.set(Some((code.unwrap_or(1000), true)));
+                signal.raise();
+                return;
+            }
+            WsIn::Violation { code, .. } => {
+                state.peer_close.set(Some((code, false)));
+                signal.raise();
+                return;
+            }
+            WsIn::Gone => {
+                state.gone.set(true);
+                signal.raise();
+                return;
+            }
+        }
+    }
+}
+
+/// Adds the frames of `batch` from sequence `from` on that pass `filter` to `fv`, stopping once
+/// `fv` holds `WRITE_BYTES_MAX` bytes or `FrameVec::MAX_IOV` slices. Returns the next sequence owed
+/// and the frames added.
+fn gather(batch: &FrameBatch, from: u64, filter: Option<&Filter>, fv: &mut FrameVec) -> (u64, u64) {
+    let mut i = from.saturating_sub(batch.first) as usize;
+    let n = batch.len();
+    let mut frames = 0u64;
+    match filter {
+        None => {
+            let mut j = i;
+            while j < n && fv.len() + (batch.frame_end(j) - batch.frame_start(i)) <= WRITE_BYTES_MAX {
+                j += 1;
+            }
+            if j == i && i < n && fv.is_empty() {
+                j = i + 1; // one frame larger than the cap still goes
+            }
+            if j > i {
+                fv.push(batch.slice(i, j));
+                frames = (j - i) as u64;
+            }
+            i = j;
+        }
+        Some(f) => {
+            let mut run_start: Option<usize> = None;
+            while i < n {
+                if fv.len() >= WRITE_BYTES_MAX || fv.parts() + 1 >= FrameVec::MAX_IOV {
+                    break;
+                }
+                if f.matches(batch.row(i)) {
+                    run_start.get_or_insert(i);
+                    frames += 1;
+                } else if let Some(s) = run_start.take() {
+                    fv.push(batch.slice(s, i));
+                }
+                i += 1;
+            }
+            if let Some(s) = run_start {
+                fv.push(batch.slice(s, i));
+            }
+        }
+    }
+    (batch.first + i as u64, frames)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn serve(
+    ctx: &ShardCtx,
+    stream: &Stream,
+    wr: &mut WriteHalf,
+    state: &SubState,
+    signal: &Signal,
+    start: Start,
+    filter: Option<&Filter>,
+) -> Option<(u16, String)> {
+    let mut next = start.next;
+    let mut fv = FrameVec::new();
+    let max_backlog = stream.cfg.max_backlog;
+    loop {
+        if state.gone.get() {
+            return None;
+        }
+        if let Some((code, _)) = state.peer_close.get() {
+            return Some((code, String::new()));
+        }
+        let (head, base) = {
+            let hub = ctx.hubs[stream.index].borrow();
+            (hub.head(), hub.base())
+        };
+        if head.saturating_sub(next.max(start.replay_end)) > max_backlog {
+            stream.stats.dropped_slow.fetch_add(1, Ordering::Relaxed);
+            return Some((
+                4429,
+                format!("{{\"error\":\"too_slow\",\"backlog\":{max_backlog}}}"),
+            ));
+        }
+        let mut frames = 0u64;
+        // pongs first
+        {
+            let mut c = state.control.borrow_mut();
+            if !c.is_empty() {
+                fv.push(bytes::Bytes::from(std::mem::take(&mut *c)));
+            }
+        }
+        if next < head {
+            if next < base {
+                // below the ring: the reader pool
+                let (tx, rx) = flume::bounded(1);
+                let job = ReplayJob {
+                    stream: stream.index,
+                    from: next,
+                    to: base,
+                    reply: tx,
+                };
+                if ctx.shared.replay.submit(job).is_err() {
+                    return Some((1011, "stream unavailable".into()));
+                }
+                match rx.recv_async().await {
+                    Ok(Ok(batch)) => {
+                        if batch.is_empty() {
+                            next = base; // nothing held below the ring any more
+                        } else {
+                            let mut from = next.max(batch.first);
+                            while from < batch.end() {
+                                let (n, f) = gather(&batch, from, filter, &mut fv);
+                                frames += f;
+                                from = n;
+                                if from < batch.end() {
+                                    frames_write(stream, wr, &mut fv, frames).await?;
+                                    frames = 0;
+                                }
+                            }
+                            next = batch.end();
+                        }
+                    }
+                    _ => return Some((1011, "stream unavailable".into())),
+                }
+            } else {
+                let hub = ctx.hubs[stream.index].borrow();
+                for b in hub.batches_from(next) {
+                    let (n, f) = gather(b, next, filter, &mut fv);
+                    next = n;
+                    frames += f;
+                    if n < b.end() {
+                        break;
+                    }
+                }
+            }
+        }
+        if !fv.is_empty() {
+            frames_write(stream, wr, &mut fv, frames).await?;
+            continue;
+        }
+        if ctx.shutting_down() && ctx.shared.publishers_open.load(Ordering::SeqCst) == 0 && next >= head {
+            return Some((1001, "server shutting down".into()));
+        }
+        signal.wait().await;
+    }
+}
+
+/// Writes `fv`; `None` (as the `?` value) when the socket failed.
+async fn frames_write(
+    stream: &Stream,
+    wr: &mut WriteHalf,
+    fv: &mut FrameVec,
+    frames: u64,
+) -> Option<()> {
+    let bytes = fv.len() as u64;
+    let (res, back) = wr.write_frames(std::mem::take(fv)).await;
+    *fv = back;
+    if res.is_err() {
+        return None;
+    }
+    stream.stats.frames_out.fetch_add(frames, Ordering::Relaxed);
+    stream.stats.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+    stream.stats.last_send_us.store(now_us(), Ordering::Relaxed);
+    Some(())
+}

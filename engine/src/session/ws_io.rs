@@ -1,0 +1,133 @@
+//! Reading a WebSocket connection: bytes from the socket → frames → messages and control events.
+//!
+//! Wraps the read half of a connection with the codec of `corecast_net::ws` (frame decode with the
+//! server's limits, then the message assembler). Runs on the connection's shard, in the
+//! connection's reader task. Events are returned owned so the caller may await between them.
+
+use corecast_net::rt::ReadHalf;
+use corecast_net::ws::frame::{decode, Decoded, FrameLimits, Role};
+use corecast_net::ws::message::{Event, MessageAssembler};
+
+/// Bytes asked of the socket per read at least.
+const READ_ROOM: usize = 16 * 1024;
+
+/// One thing the peer sent, or why reading ended.
+#[derive(Debug)]
+pub enum WsIn {
+    /// A complete data message (text is valid UTF-8).
+    Message {
+        /// Sent as binary.
+        binary: bool,
+        /// The payload.
+        data: Vec<u8>,
+    },
+    /// A ping to answer with a pong carrying this payload.
+    Ping(Vec<u8>),
+    /// The peer's close frame.
+    Close {
+        /// Its code, if the payload had one.
+        code: Option<u16>,
+    },
+    /// The peer broke RFC 6455 or a limit: close with this code and reason.
+    Violation {
+        /// Close code (1002, 1007, 1009).
+        code: u16,
+        /// Close reason.
+        reason: String,
+    },
+    /// The socket ended or failed without a close frame.
+    Gone,
+}
+
+/// The reading side of a WebSocket connection.
+pub struct WsReader {
+    rd: ReadHalf,
+    buf: Vec<u8>,
+    start: usize,
+    asm: MessageAssembler,
+    limits: FrameLimits,
+}
+
+impl WsReader {
+    /// Reads from `rd`, starting with `leftover` (bytes read past the HTTP head). Messages over
+    /// `max_message_bytes` end the connection with 1009.
+    pub fn new(rd: ReadHalf, leftover: Vec<u8>, max_message_bytes: usize) -> WsReader {
+        WsReader {
+            rd,
+            buf: leftover,
+            start: 0,
+            asm: MessageAssembler::new(max_message_bytes as u64),
+            limits: FrameLimits {
+                role: Role::Server,
+                max_message_bytes: max_message_bytes as u64,
+            },
+        }
+    }
+
+    /// The next event. After [`WsIn::Close`], [`WsIn::Violation`] or [`WsIn::Gone`] nothing more
+    /// should be asked.
+    pub async fn next(&mut self) -> WsIn {
+        loop {
+            if self.start < self.buf.len() {
+                let WsReader {
+                    buf,
+                    start,
+                    asm,
+                    limits,
+                    ..
+                } = self;
+                match decode(&mut buf[*start..], limits) {
+                    Ok(Decoded::Frame {
+                        header,
+                        payload,
+                        consumed,
+                    }) => {
+                        let base = *start;
+                        *start += consumed;
+                        let p = &buf[base + payload.start..base + payload.end];
+                        match asm.push(&header, p) {
+                            Ok(None) => continue,
+                            Ok(Some(Event::Message { binary, payload })) => {
+                                return WsIn::Message {
+                                    binary,
+                                    data: payload.into_owned(),
+                                }
+                            }
+                            Ok(Some(Event::Ping(p))) => return WsIn::Ping(p.to_vec()),
+                            Ok(Some(Event::Pong)) => continue,
+                            Ok(Some(Event::Close { code, .. })) => {
+                                return WsIn::Close {
+                                    code: code.map(|c| c.0),
+                                }
+                            }
+                            Err(v) => {
+                                return WsIn::Violation {
+                                    code: v.close_code().0,
+                                    reason: v.to_string(),
+                                }
+                            }
+                        }
+                    }
+                    Ok(Decoded::NeedMore(_)) => {}
+                    Err(e) => {
+                        return WsIn::Violation {
+                            code: e.close_code().0,
+                            reason: e.to_string(),
+                        }
+                    }
+                }
+            }
+            if self.start > 0 {
+                self.buf.drain(..self.start);
+                self.start = 0;
+            }
+            let buf = std::mem::take(&mut self.buf);
+            let (res, buf) = self.rd.read_into(buf, READ_ROOM).await;
+            self.buf = buf;
+            match res {
+                Ok(0) | Err(_) => return WsIn::Gone,
+                Ok(_) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Shards: one serving thread per core, pinned, each with its own io_uring loop and its own
+//! `SO_REUSEPORT` listener.
+//!
+//! A shard owns the connections it accepted and, per stream, a local [`Hub`] (the ring of recent
+//! frame batches and the subscribers reading it). Its inbox receives every committed batch of every
+//! stream from the writer threads ([`ShardMsg::Batch`]) and the shutdown order. What all threads
+//! share read-only (registry, writer and reader-pool senders, counters) is [`Shared`]; what only
+//! this thread touches is [`ShardCtx`].
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::rc::{Rc, Weak};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use corecast_net::rt::{self, Driver, Listener};
+
+use crate::commit::writer::WriterMsg;
+use crate::fanout::batch::FrameBatch;
+use crate::fanout::ring::Hub;
+use crate::fanout::signal::Signal;
+use crate::registry::Registry;
+use crate::replay::ReplaySender;
+use crate::session::conn;
+
+/// How long shutdown waits for publishers to be answered before closing subscribers anyway.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A message to a shard's inbox.
+pub enum ShardMsg {
+    /// A committed batch of a stream, to append to this shard's hub.
+    Batch {
+        /// Stream index.
+        stream: usize,
+        /// The frames, shared with every other shard.
+        batch: Arc<FrameBatch>,
+    },
+    /// Stop accepting, drain publishers, close every connection with 1001.
+    Shutdown,
+}
+
+/// State every thread shares.
+pub struct Shared {
+    /// The streams.
+    pub registry: Arc<Registry>,
+    /// One sender per writer thread.
+    pub writers: Vec<crossbeam_channel::Sender<WriterMsg>>,
+    /// The reader pool's job queue.
+    pub replay: ReplaySender,
+    /// Serve `/_echo`.
+    pub echo: bool,
+    /// Open publisher connections, all shards (shutdown closes subscribers after they drain).
+    pub publishers_open: AtomicI64,
+    /// Open connections, all shards.
+    pub connections: AtomicI64,
+    /// Set once shutdown starts.
+    pub shutting_down: AtomicBool,
+    driver: AtomicU8,
+}
+
+impl Shared {
+    /// Bundles the shared state.
+    pub fn new(
+        registry: Arc<Registry>,
+        writers: Vec<crossbeam_channel::Sender<WriterMsg>>,
+        replay: ReplaySender,
+        echo: bool,
+    ) -> Shared {
+        Shared {
+            registry,
+            writers,
+            replay,
+            echo,
+            publishers_open: AtomicI64::new(0),
+            connections: AtomicI64::new(0),
+            shutting_down: AtomicBool::new(false),
+            driver: AtomicU8::new(0),
+        }
+    }
+
+    /// `io_uring` or `fallback`: the worst driver any shard got.
+    pub fn driver_name(&self) -> &'static str {
+        match self.driver.load(Ordering::Relaxed) {
+            1 => "fallback",
+            _ => "io_uring",
+        }
+    }
+}
+
+/// One shard's thread-local state.
+pub struct ShardCtx {
+    /// This shard's index.
+    pub index: usize,
+    /// What every thread shares.
+    pub shared: Arc<Shared>,
+    /// One hub per stream, by stream index.
+    pub hubs: Vec<RefCell<Hub>>,
+    sessions: RefCell<Vec<Weak<Signal>>>,
+    shutting_down: Cell<bool>,
+}
+
+impl ShardCtx {
+    /// Whether this shard is shutting down.
+    pub fn shutting_down(&self) -> bool {
+        self.shutting_down.get()
+    }
+
+    /// Registers a long-lived session's signal so shutdown can wake it.
+    pub fn register(&self, s: &Rc<Signal>) {
+        let mut v = self.sessions.borrow_mut();
+        v.retain(|w| w.strong_count() > 0);
+        v.push(Rc::downgrade(s));
+    }
+
+    fn raise_all(&self) {
+        for w in self.sessions.borrow().iter() {
+            if let Some(s) = w.upgrade() {
+                s.raise();
+            }
+        }
+    }
+}
+
+/// Everything a shard thread needs to start.
+pub struct ShardSetup {
+    /// Shard index.
+    pub index: usize,
+    /// Address to listen on (port already resolved).
+    pub listen: SocketAddr,
+    /// Core to pin to, if any.
+    pub core: Option<core_affinity::CoreId>,
+    /// Shared state.
+    pub shared: Arc<Shared>,
+    /// The inbox.
+    pub inbox: flume::Receiver<ShardMsg>,
+    /// Initial frontier per stream (the hubs' heads).
+    pub heads: Vec<u64>,
+    /// Reports the driver (or the start error) once the listener is bound.
+    pub ready: std::sync::mpsc::Sender<Result<Driver, String>>,
+}
+
+/// Runs a shard thread to completion (returns after shutdown drained its connections).
+pub fn run(setup: ShardSetup) {
+    if let Some(core) = setup.core {
+        core_affinity::set_for_current(core);
+    }
+    let mut runtime = match rt::build_runtime(4096) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = setup.ready.send(Err(format!("cannot build the runtime: {e}")));
+            return;
+        }
+    };
+    let driver = runtime.driver();
+    if driver == Driver::Fallback {
+        setup.shared.driver.store(1, Ordering::Relaxed);
+    }
+    let ShardSetup {
+        index,
+        listen,
+        shared,
+        inbox,
+        heads,
+        ready,
+        ..
+    } = setup;
+    runtime.block_on(async move {
+        let listener = match Listener::bind_shared(listen) {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = ready.send(Err(format!("cannot listen on {listen}: {e}")));
+                return;
+            }
+        };
+        let hubs = shared
+            .registry
+            .streams
+            .iter()
+            .zip(heads)
+            .map(|(s, h)| {
+                let retain = (s.cfg.max_backlog as usize).saturating_mul(2).max(65_536);
+                RefCell::new(Hub::new(h, retain))
+            })
+            .collect();
+        let ctx = Rc::new(ShardCtx {
+            index,
+            shared,
+            hubs,
+            sessions: RefCell::new(Vec::new()),
+            shutting_down: Cell::new(false),
+        });
+        let _ = ready.send(Ok(driver));
+        rt::spawn(accept_loop(ctx.clone(), listener));
+        inbox_loop(&ctx, inbox).await;
+    });
+}
+
+async fn accept_loop(ctx: Rc<ShardCtx>, listener: Listener) {
+    loop {
+        match listener.accept().await {
+            Ok((conn, _peer)) => {
+                if ctx.shutting_down() {
+                    drop(conn);
+                    continue;
+                }
+                rt::spawn(conn::handle(ctx.clone(), conn));
+            }
+            Err(e) => {
+                tracing::warn!(shard = ctx.index, "accept failed: {e}");
+                rt::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+async fn inbox_loop(ctx: &Rc<ShardCtx>, inbox: flume::Receiver<ShardMsg>) {
+    let mut drain_deadline: Option<Instant> = None;
+    loop {
+        let msg = if drain_deadline.is_some() {
+            rt::timeout(Duration::from_millis(20), inbox.recv_async()).await
+        } else {
+            Some(inbox.recv_async().await)
+        };
+        match msg {
+            Some(Ok(ShardMsg::Batch { stream, batch })) => {
+                ctx.hubs[stream].borrow_mut().push(batch);
+            }
+            Some(Ok(ShardMsg::Shutdown)) | Some(Err(_)) => {
+                if drain_deadline.is_none() {
+                    ctx.shutting_down.set(true);
+                    drain_deadline = Some(Instant::now() + DRAIN_TIMEOUT);
+                }
+                ctx.raise_all();
+            }
+            None => {}
+        }
+        if let Some(deadline) = drain_deadline {
+            ctx.raise_all();
+            let live = ctx.sessions.borrow().iter().any(|w| w.strong_count() > 0);
+            let pubs = ctx.shared.publishers_open.load(Ordering::SeqCst);
+            if (!live && pubs == 0) || Instant::now() > deadline + Duration::from_secs(5) {
+                return;
+            }
+        }
+    }
+}

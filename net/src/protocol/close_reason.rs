@@ -1,0 +1,273 @@
+//! Close codes and reasons of protocol 4 (PROTOCOL.md §8).
+//!
+//! A refusal or an ending is a close frame whose reason is compact JSON, `error` first and the
+//! fields after it in decreasing usefulness. A close reason holds at most 123 bytes
+//! ([`CLOSE_REASON_BYTES_MAX`]), so [`CloseReason::encode`] drops trailing fields until it fits;
+//! a `bad_request` detail is cut to 80 characters (and further if its escaping would not fit),
+//! and a `no_such_stream` list keeps the names that fit. The plain-text reasons of §8 are
+//! constants here. [`CloseReason::code`] is the one map from reason to close code.
+
+use crate::protocol::json_text::{str_len, write_i64, write_opt_u64, write_str, write_u64};
+use crate::ws::close::{CloseCode, CLOSE_REASON_BYTES_MAX};
+
+/// Most characters of a `bad_request` detail.
+pub const BAD_REQUEST_DETAIL_CHARS_MAX: usize = 80;
+
+/// 1009, a message over the transport limit.
+pub const FRAME_TOO_LARGE: &str = "frame too large";
+/// 1001 when writes are fenced; 1011 on an unexpected server error.
+pub const STREAM_UNAVAILABLE: &str = "stream unavailable";
+/// 1001, the stream was taken offline.
+pub const STREAM_STOPPING: &str = "stream stopping";
+/// 1001, the server is stopping (corecast's deliberate difference 3: not uvicorn's 1012).
+pub const SERVER_SHUTTING_DOWN: &str = "server shutting down";
+/// 1001, handler cleanup.
+pub const CONNECTION_ENDING: &str = "connection ending";
+/// 1008, the parsed request needs a grant the caller lacks.
+pub const FORBIDDEN: &str = "forbidden";
+
+/// Why an offset cannot be replayed (PROTOCOL.md §6), with the fields each reason reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotReplayable {
+    /// `offset` is past the frontier `end_offset`.
+    Ahead {
+        /// The requested offset.
+        offset: u64,
+        /// The frontier.
+        end_offset: u64,
+    },
+    /// More than `max_replay` rows are held from `offset`.
+    TooOld {
+        /// The requested (for EARLIEST, the resolved) offset.
+        offset: u64,
+        /// Rows held from it.
+        behind: u64,
+        /// The limit.
+        max_replay: u64,
+    },
+    /// The rows from `offset` are gone locally; the first held is `earliest`.
+    Evicted {
+        /// The requested offset.
+        offset: u64,
+        /// The first offset still held.
+        earliest: u64,
+    },
+    /// The stream has no log.
+    NotDurable,
+}
+
+/// A JSON close reason of PROTOCOL.md §8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason<'a> {
+    /// 4400 `{"error":"bad_request","detail":…}`.
+    BadRequest {
+        /// What is wrong; cut to [`BAD_REQUEST_DETAIL_CHARS_MAX`] characters.
+        detail: &'a str,
+    },
+    /// 4404 `{"error":"no_such_stream","serves":[…]}`; `serves` is sorted and keeps the names
+    /// that fit; `None` (registry brokers) leaves the key out.
+    NoSuchStream {
+        /// The statically served names, in any order.
+        serves: Option<&'a [&'a str]>,
+    },
+    /// 4409 `{"error":"superseded"}`.
+    Superseded,
+    /// 4410 `{"error":"stream_retired","at":µs,"end_offset":E}`.
+    StreamRetired {
+        /// When the stream was retired, UTC µs since the epoch.
+        at_us: i64,
+        /// Its final frontier; null with no log.
+        end_offset: Option<u64>,
+    },
+    /// 4412 `{"error":"exactly_once_unavailable","why":…}` (`"stream"`: not opened
+    /// exactly-once).
+    ExactlyOnceUnavailable {
+        /// Why, e.g. `stream`.
+        why: &'a str,
+    },
+    /// 4416 `{"error":"not_replayable","why":…,…}`.
+    NotReplayable(NotReplayable),
+    /// 4429 `{"error":"too_slow","backlog":N}`.
+    TooSlow {
+        /// The subscriber queue's capacity in frames (`max_backlog`).
+        backlog: u64,
+    },
+    /// 1009 `{"error":"too_big","size":N,"limit":L,"stream":…}`: over a per-stream
+    /// `max_message_bytes`.
+    TooBig {
+        /// The message's size in bytes.
+        size: u64,
+        /// The stream's limit in bytes.
+        limit: u64,
+        /// The stream's name.
+        stream: &'a str,
+    },
+}
+
+impl CloseReason<'_> {
+    /// The close code this reason is sent with.
+    pub fn code(&self) -> CloseCode {
+        match self {
+            CloseReason::BadRequest { .. } => CloseCode::BAD_REQUEST,
+            CloseReason::NoSuchStream { .. } => CloseCode::NO_SUCH_STREAM,
+            CloseReason::Superseded => CloseCode::SUPERSEDED,
+            CloseReason::StreamRetired { .. } => CloseCode::STREAM_RETIRED,
+            CloseReason::ExactlyOnceUnavailable { .. } => CloseCode::EXACTLY_ONCE_UNAVAILABLE,
+            CloseReason::NotReplayable(_) => CloseCode::NOT_REPLAYABLE,
+            CloseReason::TooSlow { .. } => CloseCode::TOO_SLOW,
+            CloseReason::TooBig { .. } => CloseCode::MESSAGE_TOO_BIG,
+        }
+    }
+
+    /// The reason's JSON text, at most [`CLOSE_REASON_BYTES_MAX`] bytes.
+    pub fn encode(&self) -> String {
+        let mut reason = Reason::new(self.error());
+        match self {
+            CloseReason::BadRequest { detail } => {
+                let mut end = detail
+                    .char_indices()
+                    .nth(BAD_REQUEST_DETAIL_CHARS_MAX)
+                    .map_or(detail.len(), |(i, _)| i);
+                while reason.room_for("detail") < str_len(&detail[..end]) {
+                    end = detail[..end].char_indices().last().map_or(0, |(i, _)| i);
+                }
+                reason.field("detail", |out| write_str(&detail[..end], out));
+            }
+            CloseReason::NoSuchStream { serves: None } => {}
+            CloseReason::NoSuchStream {
+                serves: Some(names),
+            } => {
+                let mut sorted: Vec<&str> = names.to_vec();
+                sorted.sort_unstable();
+                let room = reason.room_for("serves");
+                let mut used = 2; // the brackets
+                let mut kept = 0;
+                for name in &sorted {
+                    let more = str_len(name) + usize::from(kept > 0);
+                    if used + more > room {
+                        break;
+                    }
+                    used += more;
+                    kept += 1;
+                }
+                reason.field("serves", |out| {
+                    out.push(b'[');
+                    for (i, name) in sorted[..kept].iter().enumerate() {
+                        if i > 0 {
+                            out.push(b',');
+                        }
+                        write_str(name, out);
+                    }
+                    out.push(b']');
+                });
+            }
+            CloseReason::Superseded => {}
+            CloseReason::StreamRetired { at_us, end_offset } => {
+                reason.field("at", |out| write_i64(*at_us, out));
+                reason.field("end_offset", |out| write_opt_u64(*end_offset, out));
+            }
+            CloseReason::ExactlyOnceUnavailable { why } => {
+                reason.field("why", |out| write_str(why, out));
+            }
+            CloseReason::NotReplayable(why) => {
+                let (name, fields): (&str, &[(&str, u64)]) = match why {
+                    NotReplayable::Ahead { offset, end_offset } => {
+                        ("ahead", &[("offset", *offset), ("end_offset", *end_offset)])
+                    }
+                    NotReplayable::TooOld {
+                        offset,
+                        behind,
+                        max_replay,
+                    } => (
+                        "too_old",
+                        &[
+                            ("offset", *offset),
+                            ("behind", *behind),
+                            ("max_replay", *max_replay),
+                        ],
+                    ),
+                    NotReplayable::Evicted { offset, earliest } => {
+                        ("evicted", &[("offset", *offset), ("earliest", *earliest)])
+                    }
+                    NotReplayable::NotDurable => ("not_durable", &[]),
+                };
+                reason.field("why", |out| write_str(name, out));
+                for (key, value) in fields {
+                    reason.field(key, |out| write_u64(*value, out));
+                }
+            }
+            CloseReason::TooSlow { backlog } => {
+                reason.field("backlog", |out| write_u64(*backlog, out));
+            }
+            CloseReason::TooBig {
+                size,
+                limit,
+                stream,
+            } => {
+                reason.field("size", |out| write_u64(*size, out));
+                reason.field("limit", |out| write_u64(*limit, out));
+                reason.field("stream", |out| write_str(stream, out));
+            }
+        }
+        reason.finish()
+    }
+
+    fn error(&self) -> &'static str {
+        match self {
+            CloseReason::BadRequest { .. } => "bad_request",
+            CloseReason::NoSuchStream { .. } => "no_such_stream",
+            CloseReason::Superseded => "superseded",
+            CloseReason::StreamRetired { .. } => "stream_retired",
+            CloseReason::ExactlyOnceUnavailable { .. } => "exactly_once_unavailable",
+            CloseReason::NotReplayable(_) => "not_replayable",
+            CloseReason::TooSlow { .. } => "too_slow",
+            CloseReason::TooBig { .. } => "too_big",
+        }
+    }
+}
+
+/// A reason being built: `{"error":…` then fields while they fit, then `}`. Once one field
+/// does not fit, it and every later one are dropped.
+struct Reason {
+    out: Vec<u8>,
+    full: bool,
+}
+
+impl Reason {
+    fn new(error: &str) -> Reason {
+        let mut out = Vec::with_capacity(CLOSE_REASON_BYTES_MAX);
+        out.extend_from_slice(b"{\"error\":");
+        write_str(error, &mut out);
+        // `error` is always one of ours, short enough to leave room for the brace.
+        assert!(out.len() < CLOSE_REASON_BYTES_MAX);
+        Reason { out, full: false }
+    }
+
+    /// Bytes left for the value of field `key`, keeping room for the closing brace.
+    fn room_for(&self, key: &str) -> usize {
+        let framing = 1 + str_len(key) + 1 + 1; // `,"key":` and the closing `}`
+        CLOSE_REASON_BYTES_MAX.saturating_sub(self.out.len() + framing)
+    }
+
+    fn field(&mut self, key: &str, write_value: impl FnOnce(&mut Vec<u8>)) {
+        if self.full {
+            return;
+        }
+        let mark = self.out.len();
+        self.out.push(b',');
+        write_str(key, &mut self.out);
+        self.out.push(b':');
+        write_value(&mut self.out);
+        if self.out.len() + 1 > CLOSE_REASON_BYTES_MAX {
+            self.out.truncate(mark);
+            self.full = true;
+        }
+    }
+
+    fn finish(mut self) -> String {
+        self.out.push(b'}');
+        assert!(self.out.len() <= CLOSE_REASON_BYTES_MAX);
+        // Built only from `&str`s and ASCII.
+        String::from_utf8(self.out).expect("close reason is UTF-8")
+    }
+}

@@ -1,0 +1,325 @@
+//! From frames to messages (RFC 6455 §5.4 fragmentation, §5.5 control frames, §8.1 UTF-8).
+//!
+//! [`MessageAssembler`] is fed each frame [`crate::ws::frame::decode`] returns, in order, and
+//! answers with at most one [`Event`] per frame, or a [`ProtocolViolation`] that ends the
+//! connection with [`ProtocolViolation::close_code`]. Its states are named for what they wait
+//! for: `ExpectMessage` (no message open), `ExpectContinuation` (a fragmented message is
+//! open) and `Closed` (a close frame was received or a violation was found: nothing more is
+//! accepted). Each frame consumes the current state and yields the next.
+//!
+//! Control frames may arrive between the fragments of a message. Text is validated as UTF-8
+//! fragment by fragment, so an invalid sequence fails when its fragment arrives (1007); a
+//! sequence cut at a fragment boundary is fine until the final fragment.
+
+use crate::ws::close::CloseCode;
+use crate::ws::frame::{FrameHeader, OpCode, MESSAGE_BYTES_MAX_DEFAULT};
+use std::borrow::Cow;
+use thiserror::Error;
+
+/// What one frame amounted to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// A complete data message. A text message's payload is valid UTF-8. Borrowed from the
+    /// frame when it came unfragmented, owned when reassembled.
+    Message {
+        /// Whether it was sent as binary (opcode 0x2) rather than text (0x1).
+        binary: bool,
+        /// The whole message.
+        payload: Cow<'a, [u8]>,
+    },
+    /// A ping: answer with a pong echoing this payload (§5.5.2).
+    Ping(&'a [u8]),
+    /// A pong (unsolicited or answering our ping); carries no obligation.
+    Pong,
+    /// The peer's close frame (§5.5.1): its code (`None` for an empty payload) and reason.
+    /// Echo a close and stop reading; the assembler accepts nothing after it.
+    Close {
+        /// The status code, when the payload had one.
+        code: Option<CloseCode>,
+        /// The UTF-8 reason (may be empty).
+        reason: &'a str,
+    },
+}
+
+/// A frame sequence that breaks RFC 6455 or the message limit. Its `Display` is a short
+/// close reason; [`ProtocolViolation::close_code`] is the close code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum ProtocolViolation {
+    /// A continuation frame with no fragmented message open (§5.4). 1002.
+    #[error("continuation frame without a message to continue")]
+    ContinuationWithoutMessage,
+    /// A text or binary frame while a fragmented message is open (§5.4). 1002.
+    #[error("{opcode:?} frame inside a fragmented message")]
+    MessageAlreadyOpen {
+        /// The new frame's opcode.
+        opcode: OpCode,
+    },
+    /// The message grew past the limit. 1009.
+    #[error("message of {bytes} bytes is over the {limit}-byte limit")]
+    MessageTooBig {
+        /// Bytes of message so far, the offending fragment included.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A text message is not UTF-8 (§8.1): an invalid sequence at byte `at` of the message,
+    /// or a sequence left incomplete by the final fragment. 1007.
+    #[error("text message is not UTF-8 at byte {at}")]
+    InvalidUtf8 {
+        /// Offset in the message of the first byte that is not valid UTF-8.
+        at: usize,
+    },
+    /// A close frame with a one-byte payload (§5.5.1). 1002.
+    #[error("close frame with a 1-byte payload")]
+    CloseLengthOne,
+    /// A close code that may not be sent (§7.4): below 1000, 1004-1006, 1015, 1016-2999,
+    /// 5000 and up. 1002.
+    #[error("invalid close code {code}")]
+    InvalidCloseCode {
+        /// The code received.
+        code: u16,
+    },
+    /// A close reason that is not UTF-8 (§5.5.1). 1007.
+    #[error("close reason is not UTF-8")]
+    InvalidCloseReason,
+    /// A frame after the peer's close frame (§5.5.1). 1002.
+    #[error("{opcode:?} frame after close")]
+    FrameAfterClose {
+        /// The late frame's opcode.
+        opcode: OpCode,
+    },
+}
+
+impl ProtocolViolation {
+    /// The close code that answers this violation (RFC 6455 §7.4.1).
+    pub fn close_code(&self) -> CloseCode {
+        match self {
+            ProtocolViolation::ContinuationWithoutMessage => CloseCode::PROTOCOL_ERROR,
+            ProtocolViolation::MessageAlreadyOpen { .. } => CloseCode::PROTOCOL_ERROR,
+            ProtocolViolation::MessageTooBig { .. } => CloseCode::MESSAGE_TOO_BIG,
+            ProtocolViolation::InvalidUtf8 { .. } => CloseCode::INVALID_PAYLOAD,
+            ProtocolViolation::CloseLengthOne => CloseCode::PROTOCOL_ERROR,
+            ProtocolViolation::InvalidCloseCode { .. } => CloseCode::PROTOCOL_ERROR,
+            ProtocolViolation::InvalidCloseReason => CloseCode::INVALID_PAYLOAD,
+            ProtocolViolation::FrameAfterClose { .. } => CloseCode::PROTOCOL_ERROR,
+        }
+    }
+}
+
+/// What the assembler waits for.
+#[derive(Debug)]
+enum State {
+    /// No message open: a text or binary frame starts one.
+    ExpectMessage,
+    /// A fragmented message is open: continuation frames extend it.
+    ExpectContinuation {
+        binary: bool,
+        payload: Vec<u8>,
+        /// Bytes of `payload` known to be valid UTF-8 (text only): an incomplete sequence may
+        /// follow.
+        utf8_valid_bytes: usize,
+    },
+    /// A close was received or a violation found; every further frame is refused.
+    Closed,
+}
+
+/// The receive-side message state machine. One per connection.
+#[derive(Debug)]
+pub struct MessageAssembler {
+    state: State,
+    max_message_bytes: u64,
+}
+
+impl Default for MessageAssembler {
+    fn default() -> Self {
+        MessageAssembler::new(MESSAGE_BYTES_MAX_DEFAULT)
+    }
+}
+
+impl MessageAssembler {
+    /// An assembler refusing messages over `max_message_bytes` (1009).
+    pub fn new(max_message_bytes: u64) -> MessageAssembler {
+        MessageAssembler {
+            state: State::ExpectMessage,
+            max_message_bytes,
+        }
+    }
+
+    /// Whether no fragmented message is open and no close was received.
+    pub fn is_idle(&self) -> bool {
+        matches!(self.state, State::ExpectMessage)
+    }
+
+    /// Whether a close frame was received or a violation found.
+    pub fn is_closed(&self) -> bool {
+        matches!(self.state, State::Closed)
+    }
+
+    /// Feeds one decoded frame (`payload` already unmasked). Returns the event it completes,
+    /// `None` for a non-final fragment, or the violation; after a close or a violation every
+    /// frame is [`ProtocolViolation::FrameAfterClose`].
+    pub fn push<'a>(
+        &mut self,
+        header: &FrameHeader,
+        payload: &'a [u8],
+    ) -> Result<Option<Event<'a>>, ProtocolViolation> {
+        debug_assert_eq!(header.len, payload.len() as u64);
+        let state = std::mem::replace(&mut self.state, State::Closed);
+        let (next, result) = self.handle(state, header, payload);
+        self.state = match result {
+            Ok(_) => next,
+            Err(_) => State::Closed,
+        };
+        result
+    }
+
+    fn handle<'a>(
+        &self,
+        state: State,
+        header: &FrameHeader,
+        payload: &'a [u8],
+    ) -> (State, Result<Option<Event<'a>>, ProtocolViolation>) {
+        let opcode = header.opcode;
+        if let State::Closed = state {
+            return (state, Err(ProtocolViolation::FrameAfterClose { opcode }));
+        }
+        match opcode {
+            OpCode::Close => (State::Closed, close_event(payload)),
+            OpCode::Ping => (state, Ok(Some(Event::Ping(payload)))),
+            OpCode::Pong => (state, Ok(Some(Event::Pong))),
+            OpCode::Text | OpCode::Binary => match state {
+                State::ExpectMessage => self.start(opcode == OpCode::Binary, header.fin, payload),
+                State::ExpectContinuation { .. } | State::Closed => {
+                    (state, Err(ProtocolViolation::MessageAlreadyOpen { opcode }))
+                }
+            },
+            OpCode::Continuation => match state {
+                State::ExpectContinuation {
+                    binary,
+                    payload: buffered,
+                    utf8_valid_bytes,
+                } => self.extend(binary, buffered, utf8_valid_bytes, header.fin, payload),
+                State::ExpectMessage | State::Closed => {
+                    (state, Err(ProtocolViolation::ContinuationWithoutMessage))
+                }
+            },
+        }
+    }
+
+    fn start<'a>(
+        &self,
+        binary: bool,
+        fin: bool,
+        payload: &'a [u8],
+    ) -> (State, Result<Option<Event<'a>>, ProtocolViolation>) {
+        if let Err(e) = self.check_size(payload.len()) {
+            return (State::Closed, Err(e));
+        }
+        if fin {
+            if !binary {
+                if let Err(e) = std::str::from_utf8(payload) {
+                    let at = e.valid_up_to();
+                    return (State::Closed, Err(ProtocolViolation::InvalidUtf8 { at }));
+                }
+            }
+            let event = Event::Message {
+                binary,
+                payload: Cow::Borrowed(payload),
+            };
+            return (State::ExpectMessage, Ok(Some(event)));
+        }
+        self.extend(binary, Vec::new(), 0, false, payload)
+    }
+
+    fn extend<'a>(
+        &self,
+        binary: bool,
+        mut buffered: Vec<u8>,
+        mut utf8_valid_bytes: usize,
+        fin: bool,
+        payload: &'a [u8],
+    ) -> (State, Result<Option<Event<'a>>, ProtocolViolation>) {
+        if let Err(e) = self.check_size(buffered.len() + payload.len()) {
+            return (State::Closed, Err(e));
+        }
+        buffered.extend_from_slice(payload);
+        if !binary {
+            if let Err(e) = check_utf8_prefix(&buffered, &mut utf8_valid_bytes, fin) {
+                return (State::Closed, Err(e));
+            }
+        }
+        if fin {
+            let event = Event::Message {
+                binary,
+                payload: Cow::Owned(buffered),
+            };
+            (State::ExpectMessage, Ok(Some(event)))
+        } else {
+            let next = State::ExpectContinuation {
+                binary,
+                payload: buffered,
+                utf8_valid_bytes,
+            };
+            (next, Ok(None))
+        }
+    }
+
+    fn check_size(&self, bytes: usize) -> Result<(), ProtocolViolation> {
+        let bytes = bytes as u64;
+        if bytes > self.max_message_bytes {
+            return Err(ProtocolViolation::MessageTooBig {
+                bytes,
+                limit: self.max_message_bytes,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Advances `valid_bytes` over `buf`: an invalid sequence fails at once; an incomplete one at
+/// the end waits for more bytes unless `fin`.
+fn check_utf8_prefix(
+    buf: &[u8],
+    valid_bytes: &mut usize,
+    fin: bool,
+) -> Result<(), ProtocolViolation> {
+    match std::str::from_utf8(&buf[*valid_bytes..]) {
+        Ok(_) => {
+            *valid_bytes = buf.len();
+            Ok(())
+        }
+        Err(e) => {
+            let at = *valid_bytes + e.valid_up_to();
+            match e.error_len() {
+                None if !fin => {
+                    *valid_bytes = at;
+                    Ok(())
+                }
+                None | Some(_) => Err(ProtocolViolation::InvalidUtf8 { at }),
+            }
+        }
+    }
+}
+
+/// Reads a close frame's payload (RFC 6455 §5.5.1).
+fn close_event(payload: &[u8]) -> Result<Option<Event<'_>>, ProtocolViolation> {
+    match payload.len() {
+        0 => Ok(Some(Event::Close {
+            code: None,
+            reason: "",
+        })),
+        1 => Err(ProtocolViolation::CloseLengthOne),
+        _ => {
+            let code = u16::from_be_bytes([payload[0], payload[1]]);
+            if !CloseCode::is_sendable(code) {
+                return Err(ProtocolViolation::InvalidCloseCode { code });
+            }
+            let reason = std::str::from_utf8(&payload[2..])
+                .map_err(|_| ProtocolViolation::InvalidCloseReason)?;
+            Ok(Some(Event::Close {
+                code: Some(CloseCode(code)),
+                reason,
+            }))
+        }
+    }
+}
