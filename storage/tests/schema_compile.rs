@@ -49,7 +49,10 @@ fn every_column_type_compiles_and_publishes_explicitly() {
     // (declared column, published column, nullable)
     let cases: &[(&str, &str)] = &[
         (r#"{"type":"boolean"}"#, r#"{"type":"boolean"}"#),
-        (r#"{"type":"integer"}"#, r#"{"type":"integer","format":"int64"}"#),
+        (
+            r#"{"type":"integer"}"#,
+            r#"{"type":"integer","format":"int64"}"#,
+        ),
         (
             r#"{"type":"integer","format":"int64"}"#,
             r#"{"type":"integer","format":"int64"}"#,
@@ -58,7 +61,10 @@ fn every_column_type_compiles_and_publishes_explicitly() {
             r#"{"type":"integer","format":"int32"}"#,
             r#"{"type":"integer","format":"int32"}"#,
         ),
-        (r#"{"type":"number"}"#, r#"{"type":"number","format":"double"}"#),
+        (
+            r#"{"type":"number"}"#,
+            r#"{"type":"number","format":"double"}"#,
+        ),
         (
             r#"{"format":"float","type":"number"}"#,
             r#"{"type":"number","format":"float"}"#,
@@ -184,23 +190,81 @@ fn refusals_name_the_place_and_the_fault() {
         // Top level.
         ("[1]", "", |f| matches!(f, SchemaFault::NotAnObject { .. })),
         ("{", "", |f| matches!(f, SchemaFault::NotJson(_))),
-        (r#"{"type":"object","properties":{"a":{"type":"string"},"a":{"type":"string"}},"required":["a"]}"#, "", |f| matches!(f, SchemaFault::NotJson(_))),
-        (r#"{"type":"array","items":{"type":"string"}}"#, "", |f| matches!(f, SchemaFault::TopLevelNotObject { .. })),
-        (r#"{"type":["object","null"],"properties":{"a":{"type":"string"}},"required":["a"]}"#, "", |f| matches!(f, SchemaFault::TopLevelNotObject { .. })),
-        (r#"{"properties":{"a":{"type":"string"}},"required":["a"]}"#, "", |f| matches!(f, SchemaFault::MissingType)),
-        (r#"{"type":"object"}"#, "", |f| matches!(f, SchemaFault::NoProperties)),
-        (r#"{"type":"object","properties":{}}"#, "", |f| matches!(f, SchemaFault::NoProperties)),
-        (r#"{"type":"object","properties":{"a":{"type":"string"}},"required":["a"],"additionalProperties":{"type":"string"}}"#, "", |f| matches!(f, SchemaFault::StructAndMap)),
-        (r#"{"type":"object","properties":{"a":{"type":"string"}},"required":["a"],"additionalProperties":true}"#, "", |f| matches!(f, SchemaFault::BadAdditionalProperties { .. })),
-        (r#"{"type":"object","properties":{"a":{"type":"string"}},"required":["a","b"]}"#, "", |f| matches!(f, SchemaFault::RequiredUnknown { name } if name == "b")),
-        (r#"{"type":"object","properties":{"a":{"type":"string"}},"required":["a","a"]}"#, "", |f| matches!(f, SchemaFault::RequiredTwice { .. })),
-        (r#"{"type":"object","properties":{"a":{"type":"string"}},"required":"a"}"#, "", |f| matches!(f, SchemaFault::BadRequired)),
-        (r#"{"type":"object","properties":{"a":{"type":"string"}},"required":["a"],"minProperties":1}"#, "", |f| matches!(f, SchemaFault::UnknownKeyword { keyword } if keyword == "minProperties")),
-        (r#"{"type":"object","properties":[],"required":[]}"#, "", |f| matches!(f, SchemaFault::BadProperties)),
+        (
+            r#"{"type":"object","properties":{"a":{"type":"string"},"a":{"type":"string"}},"required":["a"]}"#,
+            "",
+            |f| matches!(f, SchemaFault::NotJson(_)),
+        ),
+        (r#"{"type":"array","items":{"type":"string"}}"#, "", |f| {
+            matches!(f, SchemaFault::TopLevelNotObject { .. })
+        }),
+        (
+            r#"{"type":["object","null"],"properties":{"a":{"type":"string"}},"required":["a"]}"#,
+            "",
+            |f| matches!(f, SchemaFault::TopLevelNotObject { .. }),
+        ),
+        (
+            r#"{"properties":{"a":{"type":"string"}},"required":["a"]}"#,
+            "",
+            |f| matches!(f, SchemaFault::MissingType),
+        ),
+        (r#"{"type":"object"}"#, "", |f| {
+            matches!(f, SchemaFault::NoProperties)
+        }),
+        (r#"{"type":"object","properties":{}}"#, "", |f| {
+            matches!(f, SchemaFault::NoProperties)
+        }),
+        (
+            r#"{"type":"object","properties":{"a":{"type":"string"}},"required":["a"],"additionalProperties":{"type":"string"}}"#,
+            "",
+            |f| matches!(f, SchemaFault::StructAndMap),
+        ),
+        (
+            r#"{"type":"object","properties":{"a":{"type":"string"}},"required":["a"],"additionalProperties":true}"#,
+            "",
+            |f| matches!(f, SchemaFault::BadAdditionalProperties { .. }),
+        ),
+        (
+            r#"{"type":"object","properties":{"a":{"type":"string"}},"required":["a","b"]}"#,
+            "",
+            |f| matches!(f, SchemaFault::RequiredUnknown { name } if name == "b"),
+        ),
+        (
+            r#"{"type":"object","properties":{"a":{"type":"string"}},"required":["a","a"]}"#,
+            "",
+            |f| matches!(f, SchemaFault::RequiredTwice { .. }),
+        ),
+        (
+            r#"{"type":"object","properties":{"a":{"type":"string"}},"required":"a"}"#,
+            "",
+            |f| matches!(f, SchemaFault::BadRequired),
+        ),
+        (
+            r#"{"type":"object","properties":{"a":{"type":"string"}},"required":["a"],"minProperties":1}"#,
+            "",
+            |f| matches!(f, SchemaFault::UnknownKeyword { keyword } if keyword == "minProperties"),
+        ),
+        (
+            r#"{"type":"object","properties":[],"required":[]}"#,
+            "",
+            |f| matches!(f, SchemaFault::BadProperties),
+        ),
         // Reserved names.
-        (r#"{"type":"object","properties":{"streamcast_ts":{"type":"integer"}},"required":["streamcast_ts"]}"#, "streamcast_ts", |f| matches!(f, SchemaFault::Reserved { .. })),
-        (r#"{"type":"object","properties":{"litelink_offset":{"type":"integer"}},"required":["litelink_offset"]}"#, "litelink_offset", |f| matches!(f, SchemaFault::Reserved { .. })),
-        (r#"{"type":"object","properties":{"":{"type":"integer"}},"required":[""]}"#, "", |f| matches!(f, SchemaFault::EmptyName)),
+        (
+            r#"{"type":"object","properties":{"streamcast_ts":{"type":"integer"}},"required":["streamcast_ts"]}"#,
+            "streamcast_ts",
+            |f| matches!(f, SchemaFault::Reserved { .. }),
+        ),
+        (
+            r#"{"type":"object","properties":{"litelink_offset":{"type":"integer"}},"required":["litelink_offset"]}"#,
+            "litelink_offset",
+            |f| matches!(f, SchemaFault::Reserved { .. }),
+        ),
+        (
+            r#"{"type":"object","properties":{"":{"type":"integer"}},"required":[""]}"#,
+            "",
+            |f| matches!(f, SchemaFault::EmptyName),
+        ),
     ];
     for (text, path, check) in cases {
         let e = refuse(text);
@@ -213,60 +277,206 @@ fn refusals_name_the_place_and_the_fault() {
 fn column_refusals_name_the_column_and_the_fault() {
     type Check = fn(&SchemaFault) -> bool;
     let cases: &[(&str, &str, Check)] = &[
-        (r#"{"type":"null"}"#, "c", |f| matches!(f, SchemaFault::NullOnly)),
-        (r#"{"type":["null"]}"#, "c", |f| matches!(f, SchemaFault::NullOnly)),
-        (r#"{"type":["string","integer"]}"#, "c", |f| matches!(f, SchemaFault::Union { .. })),
-        (r#"{"type":["string","integer","null"]}"#, "c", |f| matches!(f, SchemaFault::Union { .. })),
-        (r#"{"type":["null","null"]}"#, "c", |f| matches!(f, SchemaFault::Union { .. })),
-        (r#"{"type":[]}"#, "c", |f| matches!(f, SchemaFault::BadTypeValue { .. })),
-        (r#"{"type":1}"#, "c", |f| matches!(f, SchemaFault::BadTypeValue { .. })),
-        (r#"{"type":"int"}"#, "c", |f| matches!(f, SchemaFault::UnknownType { name } if name == "int")),
-        (r#"{"format":"int64"}"#, "c", |f| matches!(f, SchemaFault::MissingType)),
-        (r#""string""#, "c", |f| matches!(f, SchemaFault::NotAnObject { got: "a string" })),
+        (r#"{"type":"null"}"#, "c", |f| {
+            matches!(f, SchemaFault::NullOnly)
+        }),
+        (r#"{"type":["null"]}"#, "c", |f| {
+            matches!(f, SchemaFault::NullOnly)
+        }),
+        (r#"{"type":["string","integer"]}"#, "c", |f| {
+            matches!(f, SchemaFault::Union { .. })
+        }),
+        (r#"{"type":["string","integer","null"]}"#, "c", |f| {
+            matches!(f, SchemaFault::Union { .. })
+        }),
+        (r#"{"type":["null","null"]}"#, "c", |f| {
+            matches!(f, SchemaFault::Union { .. })
+        }),
+        (r#"{"type":[]}"#, "c", |f| {
+            matches!(f, SchemaFault::BadTypeValue { .. })
+        }),
+        (r#"{"type":1}"#, "c", |f| {
+            matches!(f, SchemaFault::BadTypeValue { .. })
+        }),
+        (
+            r#"{"type":"int"}"#,
+            "c",
+            |f| matches!(f, SchemaFault::UnknownType { name } if name == "int"),
+        ),
+        (r#"{"format":"int64"}"#, "c", |f| {
+            matches!(f, SchemaFault::MissingType)
+        }),
+        (r#""string""#, "c", |f| {
+            matches!(f, SchemaFault::NotAnObject { got: "a string" })
+        }),
         // Unknown keywords.
-        (r#"{"type":"string","enum":["a","b"]}"#, "c", |f| matches!(f, SchemaFault::UnknownKeyword { keyword } if keyword == "enum")),
-        (r#"{"type":"integer","minimum":0}"#, "c", |f| matches!(f, SchemaFault::UnknownKeyword { keyword } if keyword == "minimum")),
-        (r#"{"type":"integer","default":0}"#, "c", |f| matches!(f, SchemaFault::UnknownKeyword { .. })),
-        (r#"{"oneOf":[{"type":"integer"}]}"#, "c", |f| matches!(f, SchemaFault::UnknownKeyword { .. })),
-        (r#"{"type":"string","$schema":"x"}"#, "c", |f| matches!(f, SchemaFault::UnknownKeyword { .. })),
+        (
+            r#"{"type":"string","enum":["a","b"]}"#,
+            "c",
+            |f| matches!(f, SchemaFault::UnknownKeyword { keyword } if keyword == "enum"),
+        ),
+        (
+            r#"{"type":"integer","minimum":0}"#,
+            "c",
+            |f| matches!(f, SchemaFault::UnknownKeyword { keyword } if keyword == "minimum"),
+        ),
+        (r#"{"type":"integer","default":0}"#, "c", |f| {
+            matches!(f, SchemaFault::UnknownKeyword { .. })
+        }),
+        (r#"{"oneOf":[{"type":"integer"}]}"#, "c", |f| {
+            matches!(f, SchemaFault::UnknownKeyword { .. })
+        }),
+        (r#"{"type":"string","$schema":"x"}"#, "c", |f| {
+            matches!(f, SchemaFault::UnknownKeyword { .. })
+        }),
         // Formats.
-        (r#"{"type":"integer","format":"int16"}"#, "c", |f| matches!(f, SchemaFault::BadFormat { ty: "integer", .. })),
-        (r#"{"type":"integer","format":"float"}"#, "c", |f| matches!(f, SchemaFault::BadFormat { .. })),
-        (r#"{"type":"number","format":"int64"}"#, "c", |f| matches!(f, SchemaFault::BadFormat { ty: "number", .. })),
-        (r#"{"type":"number","format":"decimal"}"#, "c", |f| matches!(f, SchemaFault::BadFormat { .. })),
-        (r#"{"type":"string","format":"date-time"}"#, "c", |f| matches!(f, SchemaFault::BadFormat { format, .. } if format == "\"date-time\"")),
-        (r#"{"type":"string","format":"date"}"#, "c", |f| matches!(f, SchemaFault::BadFormat { .. })),
-        (r#"{"type":"string","format":"time"}"#, "c", |f| matches!(f, SchemaFault::BadFormat { .. })),
-        (r#"{"type":"string","format":"byte"}"#, "c", |f| matches!(f, SchemaFault::BadFormat { .. })),
-        (r#"{"type":"string","format":"binary"}"#, "c", |f| matches!(f, SchemaFault::BadFormat { .. })),
-        (r#"{"type":"string","format":"bytes8"}"#, "c", |f| matches!(f, SchemaFault::BadFormat { .. })),
-        (r#"{"type":"string","format":1}"#, "c", |f| matches!(f, SchemaFault::BadFormat { .. })),
-        (r#"{"type":"integer","format":1}"#, "c", |f| matches!(f, SchemaFault::BadFormat { .. })),
-        (r#"{"type":"boolean","format":"int32"}"#, "c", |f| matches!(f, SchemaFault::KeywordNotForType { ty: "boolean", .. })),
+        (r#"{"type":"integer","format":"int16"}"#, "c", |f| {
+            matches!(f, SchemaFault::BadFormat { ty: "integer", .. })
+        }),
+        (r#"{"type":"integer","format":"float"}"#, "c", |f| {
+            matches!(f, SchemaFault::BadFormat { .. })
+        }),
+        (r#"{"type":"number","format":"int64"}"#, "c", |f| {
+            matches!(f, SchemaFault::BadFormat { ty: "number", .. })
+        }),
+        (r#"{"type":"number","format":"decimal"}"#, "c", |f| {
+            matches!(f, SchemaFault::BadFormat { .. })
+        }),
+        (
+            r#"{"type":"string","format":"date-time"}"#,
+            "c",
+            |f| matches!(f, SchemaFault::BadFormat { format, .. } if format == "\"date-time\""),
+        ),
+        (r#"{"type":"string","format":"date"}"#, "c", |f| {
+            matches!(f, SchemaFault::BadFormat { .. })
+        }),
+        (r#"{"type":"string","format":"time"}"#, "c", |f| {
+            matches!(f, SchemaFault::BadFormat { .. })
+        }),
+        (r#"{"type":"string","format":"byte"}"#, "c", |f| {
+            matches!(f, SchemaFault::BadFormat { .. })
+        }),
+        (r#"{"type":"string","format":"binary"}"#, "c", |f| {
+            matches!(f, SchemaFault::BadFormat { .. })
+        }),
+        (r#"{"type":"string","format":"bytes8"}"#, "c", |f| {
+            matches!(f, SchemaFault::BadFormat { .. })
+        }),
+        (r#"{"type":"string","format":1}"#, "c", |f| {
+            matches!(f, SchemaFault::BadFormat { .. })
+        }),
+        (r#"{"type":"integer","format":1}"#, "c", |f| {
+            matches!(f, SchemaFault::BadFormat { .. })
+        }),
+        (r#"{"type":"boolean","format":"int32"}"#, "c", |f| {
+            matches!(f, SchemaFault::KeywordNotForType { ty: "boolean", .. })
+        }),
         // Binary.
-        (r#"{"type":"string","contentEncoding":"base32"}"#, "c", |f| matches!(f, SchemaFault::BadEncoding { .. })),
-        (r#"{"type":"integer","contentEncoding":"base16"}"#, "c", |f| matches!(f, SchemaFault::KeywordNotForType { .. })),
-        (r#"{"type":"string","contentEncoding":"base16","format":"bytes0"}"#, "c", |f| matches!(f, SchemaFault::BadFixedSize { .. })),
-        (r#"{"type":"string","contentEncoding":"base16","format":"bytes08"}"#, "c", |f| matches!(f, SchemaFault::BadFixedSize { .. })),
-        (r#"{"type":"string","contentEncoding":"base16","format":"bytes-1"}"#, "c", |f| matches!(f, SchemaFault::BadFixedSize { .. })),
-        (r#"{"type":"string","contentEncoding":"base16","format":"bytes"}"#, "c", |f| matches!(f, SchemaFault::BadFixedSize { .. })),
-        (r#"{"type":"string","contentEncoding":"base16","format":"bytes9999999999"}"#, "c", |f| matches!(f, SchemaFault::BadFixedSize { .. })),
-        (r#"{"type":"string","contentEncoding":"base16","format":"uuid"}"#, "c", |f| matches!(f, SchemaFault::BadFormat { .. })),
+        (
+            r#"{"type":"string","contentEncoding":"base32"}"#,
+            "c",
+            |f| matches!(f, SchemaFault::BadEncoding { .. }),
+        ),
+        (
+            r#"{"type":"integer","contentEncoding":"base16"}"#,
+            "c",
+            |f| matches!(f, SchemaFault::KeywordNotForType { .. }),
+        ),
+        (
+            r#"{"type":"string","contentEncoding":"base16","format":"bytes0"}"#,
+            "c",
+            |f| matches!(f, SchemaFault::BadFixedSize { .. }),
+        ),
+        (
+            r#"{"type":"string","contentEncoding":"base16","format":"bytes08"}"#,
+            "c",
+            |f| matches!(f, SchemaFault::BadFixedSize { .. }),
+        ),
+        (
+            r#"{"type":"string","contentEncoding":"base16","format":"bytes-1"}"#,
+            "c",
+            |f| matches!(f, SchemaFault::BadFixedSize { .. }),
+        ),
+        (
+            r#"{"type":"string","contentEncoding":"base16","format":"bytes"}"#,
+            "c",
+            |f| matches!(f, SchemaFault::BadFixedSize { .. }),
+        ),
+        (
+            r#"{"type":"string","contentEncoding":"base16","format":"bytes9999999999"}"#,
+            "c",
+            |f| matches!(f, SchemaFault::BadFixedSize { .. }),
+        ),
+        (
+            r#"{"type":"string","contentEncoding":"base16","format":"uuid"}"#,
+            "c",
+            |f| matches!(f, SchemaFault::BadFormat { .. }),
+        ),
         // Objects, maps, lists.
-        (r#"{"type":"object"}"#, "c", |f| matches!(f, SchemaFault::ObjectWithoutShape)),
-        (r#"{"type":"object","additionalProperties":false}"#, "c", |f| matches!(f, SchemaFault::ObjectWithoutShape)),
-        (r#"{"type":"object","additionalProperties":true}"#, "c", |f| matches!(f, SchemaFault::BadAdditionalProperties { .. })),
-        (r#"{"type":"object","properties":{}}"#, "c", |f| matches!(f, SchemaFault::NoProperties)),
-        (r#"{"type":"object","properties":{"x":{"type":"string"}},"required":["x"],"additionalProperties":{"type":"string"}}"#, "c", |f| matches!(f, SchemaFault::StructAndMap)),
-        (r#"{"type":"object","additionalProperties":{"type":"string"},"required":["x"]}"#, "c", |f| matches!(f, SchemaFault::KeywordNotForType { .. })),
-        (r#"{"type":"object","additionalProperties":{"type":["string","null"]}}"#, "c.additionalProperties", |f| matches!(f, SchemaFault::NullableElement)),
-        (r#"{"type":"object","additionalProperties":{"type":"string","format":"email"}}"#, "c.additionalProperties", |f| matches!(f, SchemaFault::BadFormat { .. })),
-        (r#"{"type":"array"}"#, "c", |f| matches!(f, SchemaFault::ArrayWithoutItems)),
-        (r#"{"type":"array","items":[{"type":"string"}]}"#, "c.items", |f| matches!(f, SchemaFault::NotAnObject { got: "an array" })),
-        (r#"{"type":"array","items":{"type":["integer","null"]}}"#, "c.items", |f| matches!(f, SchemaFault::NullableElement)),
-        (r#"{"type":"array","items":{"type":"integer"},"maxItems":3}"#, "c", |f| matches!(f, SchemaFault::UnknownKeyword { .. })),
-        (r#"{"type":"array","items":{"type":"integer"},"properties":{}}"#, "c", |f| matches!(f, SchemaFault::KeywordNotForType { ty: "array", .. })),
-        (r#"{"type":"array","items":{"type":"object","properties":{"px":{"type":"number","minimum":0}},"required":["px"]}}"#, "c.items.px", |f| matches!(f, SchemaFault::UnknownKeyword { .. })),
+        (r#"{"type":"object"}"#, "c", |f| {
+            matches!(f, SchemaFault::ObjectWithoutShape)
+        }),
+        (
+            r#"{"type":"object","additionalProperties":false}"#,
+            "c",
+            |f| matches!(f, SchemaFault::ObjectWithoutShape),
+        ),
+        (
+            r#"{"type":"object","additionalProperties":true}"#,
+            "c",
+            |f| matches!(f, SchemaFault::BadAdditionalProperties { .. }),
+        ),
+        (r#"{"type":"object","properties":{}}"#, "c", |f| {
+            matches!(f, SchemaFault::NoProperties)
+        }),
+        (
+            r#"{"type":"object","properties":{"x":{"type":"string"}},"required":["x"],"additionalProperties":{"type":"string"}}"#,
+            "c",
+            |f| matches!(f, SchemaFault::StructAndMap),
+        ),
+        (
+            r#"{"type":"object","additionalProperties":{"type":"string"},"required":["x"]}"#,
+            "c",
+            |f| matches!(f, SchemaFault::KeywordNotForType { .. }),
+        ),
+        (
+            r#"{"type":"object","additionalProperties":{"type":["string","null"]}}"#,
+            "c.additionalProperties",
+            |f| matches!(f, SchemaFault::NullableElement),
+        ),
+        (
+            r#"{"type":"object","additionalProperties":{"type":"string","format":"email"}}"#,
+            "c.additionalProperties",
+            |f| matches!(f, SchemaFault::BadFormat { .. }),
+        ),
+        (r#"{"type":"array"}"#, "c", |f| {
+            matches!(f, SchemaFault::ArrayWithoutItems)
+        }),
+        (
+            r#"{"type":"array","items":[{"type":"string"}]}"#,
+            "c.items",
+            |f| matches!(f, SchemaFault::NotAnObject { got: "an array" }),
+        ),
+        (
+            r#"{"type":"array","items":{"type":["integer","null"]}}"#,
+            "c.items",
+            |f| matches!(f, SchemaFault::NullableElement),
+        ),
+        (
+            r#"{"type":"array","items":{"type":"integer"},"maxItems":3}"#,
+            "c",
+            |f| matches!(f, SchemaFault::UnknownKeyword { .. }),
+        ),
+        (
+            r#"{"type":"array","items":{"type":"integer"},"properties":{}}"#,
+            "c",
+            |f| matches!(f, SchemaFault::KeywordNotForType { ty: "array", .. }),
+        ),
+        (
+            r#"{"type":"array","items":{"type":"object","properties":{"px":{"type":"number","minimum":0}},"required":["px"]}}"#,
+            "c.items.px",
+            |f| matches!(f, SchemaFault::UnknownKeyword { .. }),
+        ),
         // Reserved names are a top-level matter: a struct may have such a field.
     ];
     for (column, path, check) in cases {

@@ -35,8 +35,8 @@ fn tokens(line: &str) -> Vec<(&str, &str)> {
         let key = &after_quote[..end];
         let after_key = after_quote[end + 1..].trim_start();
         let value_text = after_key.strip_prefix(':').expect("colon").trim_start();
-        let value_end = if value_text.starts_with('"') {
-            1 + value_text[1..].find('"').expect("string end") + 1
+        let value_end = if let Some(string) = value_text.strip_prefix('"') {
+            1 + string.find('"').expect("string end") + 1
         } else {
             value_text.find(',').unwrap_or(value_text.len())
         };
@@ -96,7 +96,10 @@ fn independent(schema: &Schema, line: &str) -> String {
             _ if raw == "null" => "null".to_string(),
             ColumnType::Float64 => reference_float(raw.parse::<f64>().expect("number")),
             ColumnType::Int64 | ColumnType::Int32 => {
-                assert!(raw.bytes().all(|b| b.is_ascii_digit() || b == b'-'), "{raw}");
+                assert!(
+                    raw.bytes().all(|b| b.is_ascii_digit() || b == b'-'),
+                    "{raw}"
+                );
                 raw.to_string()
             }
             _ => raw.to_string(),
@@ -243,7 +246,11 @@ fn hot_loop_probe() {
     let (mbo_schema, mbo_rows) = load("es-mbo");
     let mbo_line = mbo_rows.lines().next().expect("row").to_string();
     for (name, schema, line) in [
-        ("trade", Schema::compile(&trade_schema).expect("schema"), trade),
+        (
+            "trade",
+            Schema::compile(&trade_schema).expect("schema"),
+            trade,
+        ),
         ("es-mbo", mbo_schema, mbo_line.as_str()),
     ] {
         let codec = RowCodec::Schema(schema);

@@ -21,8 +21,16 @@ fn err(input: &[u8]) -> JsonError {
 fn malformed_json_names_what_the_parser_saw_and_where() {
     let cases: &[(&[u8], &str, usize)] = &[
         (b"", "Invalid JSON value", 0),
-        (b"{\"a\":1,}", "Expected this character to be '\"' or '}'", 7),
-        (b"{\"a\":01}", "Expected this character to be either a ','", 6),
+        (
+            b"{\"a\":1,}",
+            "Expected this character to be '\"' or '}'",
+            7,
+        ),
+        (
+            b"{\"a\":01}",
+            "Expected this character to be either a ','",
+            6,
+        ),
         (b"{\"a\":1} x", "trailing characters", 8),
         (b"{\"a\":NaN}", "Invalid JSON value", 5),
         (b"{\"a\":Infinity}", "Invalid JSON value", 5),
@@ -44,7 +52,12 @@ fn malformed_json_names_what_the_parser_saw_and_where() {
                     "{:?}: {reason:?} lacks {words:?}",
                     String::from_utf8_lossy(input)
                 );
-                assert_eq!(at, *offset, "{:?}: {reason}", String::from_utf8_lossy(input));
+                assert_eq!(
+                    at,
+                    *offset,
+                    "{:?}: {reason}",
+                    String::from_utf8_lossy(input)
+                );
                 assert!(!reason.contains('\n'), "one line: {reason:?}");
                 assert!(line >= 1);
             }
@@ -167,7 +180,11 @@ fn sonic_number_edges_are_pinned() {
     assert_eq!(a.and_then(|x| x.as_u64()), Some(1 << 63));
     assert_eq!(a.map(|x| x.is_f64()), Some(false));
     // Beyond u64 and below i64::MIN: silently a float.
-    for text in ["18446744073709551616", "1180591620717411303424", "-9223372036854775809"] {
+    for text in [
+        "18446744073709551616",
+        "1180591620717411303424",
+        "-9223372036854775809",
+    ] {
         let v = num(text);
         let a = v.get("a");
         assert_eq!(a.map(|x| x.is_f64()), Some(true), "{text}");

@@ -179,7 +179,11 @@ fn accepted_values_are_written_canonically() {
         ("s", "\"é😀中\"", "\"é😀中\""),
         ("s", r#""\u00e9\ud83d\ude00""#, "\"é😀\""),
         ("s", r#""a\"b\\c\/d""#, r#""a\"b\\c/d""#),
-        ("s", r#""\n\t\r\b\f\u0001\u001f""#, r#""\n\t\r\b\f\u0001\u001f""#),
+        (
+            "s",
+            r#""\n\t\r\b\f\u0001\u001f""#,
+            r#""\n\t\r\b\f\u0001\u001f""#,
+        ),
         ("s", r#""\u2028\u007f""#, "\"\u{2028}\u{7f}\""),
         ("ns", "null", "null"),
         ("ns", "\"y\"", "\"y\""),
@@ -196,7 +200,11 @@ fn accepted_values_are_written_canonically() {
         ("st", r#"{"x":3,"y":null}"#, r#"{"x":3,"y":null}"#),
         // map: the publisher's key order, values as the value type.
         ("m", "{}", "{}"),
-        ("m", r#"{"b":1,"a":2.5,"é":1e20}"#, r#"{"b":1.0,"a":2.5,"é":1e20}"#),
+        (
+            "m",
+            r#"{"b":1,"a":2.5,"é":1e20}"#,
+            r#"{"b":1.0,"a":2.5,"é":1e20}"#,
+        ),
         // list
         ("levels", "[]", "[]"),
         (
@@ -209,6 +217,12 @@ fn accepted_values_are_written_canonically() {
         let got = encode(&codec, &row_with(column, Some(sent)))
             .unwrap_or_else(|e| panic!("{column}={sent}: {e}"));
         assert_eq!(got, expected_with(column, written), "{column}={sent}");
+        // Canonical means a fixed point: encoding the encoding changes nothing.
+        assert_eq!(
+            encode(&codec, &got).as_deref(),
+            Ok(got.as_str()),
+            "{column}={sent}"
+        );
     }
 }
 
@@ -235,77 +249,433 @@ fn refusals_name_the_column_path() {
         ("i", Some("null"), "i", |r| *r == RejectReason::Null),
         ("s", Some("null"), "s", |r| *r == RejectReason::Null),
         // booleans and integers never stand in for each other
-        ("b", Some("1"), "b", |r| matches!(r, RejectReason::WrongType { expected: "a boolean", got: JsonKind::Integer })),
-        ("b", Some("\"true\""), "b", |r| matches!(r, RejectReason::WrongType { got: JsonKind::String, .. })),
-        ("i", Some("true"), "i", |r| matches!(r, RejectReason::WrongType { expected: "an integer", got: JsonKind::Boolean })),
-        ("i32", Some("false"), "i32", |r| matches!(r, RejectReason::WrongType { got: JsonKind::Boolean, .. })),
+        ("b", Some("1"), "b", |r| {
+            matches!(
+                r,
+                RejectReason::WrongType {
+                    expected: "a boolean",
+                    got: JsonKind::Integer
+                }
+            )
+        }),
+        ("b", Some("\"true\""), "b", |r| {
+            matches!(
+                r,
+                RejectReason::WrongType {
+                    got: JsonKind::String,
+                    ..
+                }
+            )
+        }),
+        ("i", Some("true"), "i", |r| {
+            matches!(
+                r,
+                RejectReason::WrongType {
+                    expected: "an integer",
+                    got: JsonKind::Boolean
+                }
+            )
+        }),
+        ("i32", Some("false"), "i32", |r| {
+            matches!(
+                r,
+                RejectReason::WrongType {
+                    got: JsonKind::Boolean,
+                    ..
+                }
+            )
+        }),
         // floats are never integers
-        ("i", Some("2.0"), "i", |r| matches!(r, RejectReason::FloatForInteger { value } if value == "2.0")),
-        ("i", Some("1e2"), "i", |r| matches!(r, RejectReason::FloatForInteger { value } if value == "100.0")),
-        ("i", Some("0.5"), "i", |r| matches!(r, RejectReason::FloatForInteger { .. })),
-        ("i", Some("\"1\""), "i", |r| matches!(r, RejectReason::WrongType { got: JsonKind::String, .. })),
+        (
+            "i",
+            Some("2.0"),
+            "i",
+            |r| matches!(r, RejectReason::FloatForInteger { value } if value == "2.0"),
+        ),
+        (
+            "i",
+            Some("1e2"),
+            "i",
+            |r| matches!(r, RejectReason::FloatForInteger { value } if value == "100.0"),
+        ),
+        ("i", Some("0.5"), "i", |r| {
+            matches!(r, RejectReason::FloatForInteger { .. })
+        }),
+        ("i", Some("\"1\""), "i", |r| {
+            matches!(
+                r,
+                RejectReason::WrongType {
+                    got: JsonKind::String,
+                    ..
+                }
+            )
+        }),
         // int64 range: refusals, never panics
-        ("i", Some("9223372036854775808"), "i", |r| matches!(r, RejectReason::OutOfRange { value, declared: "int64" } if value == "9223372036854775808")),
-        ("i", Some("18446744073709551615"), "i", |r| matches!(r, RejectReason::OutOfRange { declared: "int64", .. })),
-        ("i", Some("18446744073709551616"), "i", |r| matches!(r, RejectReason::OutOfRange { declared: "int64", .. })),
-        ("i", Some("1180591620717411303424"), "i", |r| matches!(r, RejectReason::OutOfRange { value, declared: "int64" } if value == "1.1805916207174113e21")),
-        ("i", Some("-9223372036854775809"), "i", |r| matches!(r, RejectReason::OutOfRange { declared: "int64", .. })),
-        ("i", Some("1e19"), "i", |r| matches!(r, RejectReason::OutOfRange { declared: "int64", .. })),
+        (
+            "i",
+            Some("9223372036854775808"),
+            "i",
+            |r| matches!(r, RejectReason::OutOfRange { value, declared: "int64" } if value == "9223372036854775808"),
+        ),
+        ("i", Some("18446744073709551615"), "i", |r| {
+            matches!(
+                r,
+                RejectReason::OutOfRange {
+                    declared: "int64",
+                    ..
+                }
+            )
+        }),
+        ("i", Some("18446744073709551616"), "i", |r| {
+            matches!(
+                r,
+                RejectReason::OutOfRange {
+                    declared: "int64",
+                    ..
+                }
+            )
+        }),
+        (
+            "i",
+            Some("1180591620717411303424"),
+            "i",
+            |r| matches!(r, RejectReason::OutOfRange { value, declared: "int64" } if value == "1.1805916207174113e21"),
+        ),
+        ("i", Some("-9223372036854775809"), "i", |r| {
+            matches!(
+                r,
+                RejectReason::OutOfRange {
+                    declared: "int64",
+                    ..
+                }
+            )
+        }),
+        ("i", Some("1e19"), "i", |r| {
+            matches!(
+                r,
+                RejectReason::OutOfRange {
+                    declared: "int64",
+                    ..
+                }
+            )
+        }),
         // int32 range
-        ("i32", Some("2147483648"), "i32", |r| matches!(r, RejectReason::OutOfRange { value, declared: "int32" } if value == "2147483648")),
-        ("i32", Some("-2147483649"), "i32", |r| matches!(r, RejectReason::OutOfRange { declared: "int32", .. })),
-        ("i32", Some("9223372036854775808"), "i32", |r| matches!(r, RejectReason::OutOfRange { declared: "int32", .. })),
-        ("i32", Some("2.0"), "i32", |r| matches!(r, RejectReason::FloatForInteger { .. })),
+        (
+            "i32",
+            Some("2147483648"),
+            "i32",
+            |r| matches!(r, RejectReason::OutOfRange { value, declared: "int32" } if value == "2147483648"),
+        ),
+        ("i32", Some("-2147483649"), "i32", |r| {
+            matches!(
+                r,
+                RejectReason::OutOfRange {
+                    declared: "int32",
+                    ..
+                }
+            )
+        }),
+        ("i32", Some("9223372036854775808"), "i32", |r| {
+            matches!(
+                r,
+                RejectReason::OutOfRange {
+                    declared: "int32",
+                    ..
+                }
+            )
+        }),
+        ("i32", Some("2.0"), "i32", |r| {
+            matches!(r, RejectReason::FloatForInteger { .. })
+        }),
         // numbers
-        ("f", Some("\"100.5\""), "f", |r| matches!(r, RejectReason::WrongType { expected: "a number", got: JsonKind::String })),
-        ("f", Some("true"), "f", |r| matches!(r, RejectReason::WrongType { got: JsonKind::Boolean, .. })),
-        ("f", Some("[1]"), "f", |r| matches!(r, RejectReason::WrongType { got: JsonKind::Array, .. })),
+        ("f", Some("\"100.5\""), "f", |r| {
+            matches!(
+                r,
+                RejectReason::WrongType {
+                    expected: "a number",
+                    got: JsonKind::String
+                }
+            )
+        }),
+        ("f", Some("true"), "f", |r| {
+            matches!(
+                r,
+                RejectReason::WrongType {
+                    got: JsonKind::Boolean,
+                    ..
+                }
+            )
+        }),
+        ("f", Some("[1]"), "f", |r| {
+            matches!(
+                r,
+                RejectReason::WrongType {
+                    got: JsonKind::Array,
+                    ..
+                }
+            )
+        }),
         // float32 range
-        ("f32", Some("3.5e38"), "f32", |r| matches!(r, RejectReason::OutOfRange { value, declared: "float32" } if value == "3.5e38")),
-        ("f32", Some("-1e39"), "f32", |r| matches!(r, RejectReason::OutOfRange { declared: "float32", .. })),
-        ("f32", Some("1e300"), "f32", |r| matches!(r, RejectReason::OutOfRange { declared: "float32", .. })),
-        ("f32", Some("340282356779733661637539395458142568448"), "f32", |r| matches!(r, RejectReason::OutOfRange { declared: "float32", .. })),
+        (
+            "f32",
+            Some("3.5e38"),
+            "f32",
+            |r| matches!(r, RejectReason::OutOfRange { value, declared: "float32" } if value == "3.5e38"),
+        ),
+        ("f32", Some("-1e39"), "f32", |r| {
+            matches!(
+                r,
+                RejectReason::OutOfRange {
+                    declared: "float32",
+                    ..
+                }
+            )
+        }),
+        ("f32", Some("1e300"), "f32", |r| {
+            matches!(
+                r,
+                RejectReason::OutOfRange {
+                    declared: "float32",
+                    ..
+                }
+            )
+        }),
+        (
+            "f32",
+            Some("340282356779733661637539395458142568448"),
+            "f32",
+            |r| {
+                matches!(
+                    r,
+                    RejectReason::OutOfRange {
+                        declared: "float32",
+                        ..
+                    }
+                )
+            },
+        ),
         // strings
-        ("s", Some("5"), "s", |r| matches!(r, RejectReason::WrongType { expected: "a string", got: JsonKind::Integer })),
-        ("s", Some("{}"), "s", |r| matches!(r, RejectReason::WrongType { got: JsonKind::Object, .. })),
+        ("s", Some("5"), "s", |r| {
+            matches!(
+                r,
+                RejectReason::WrongType {
+                    expected: "a string",
+                    got: JsonKind::Integer
+                }
+            )
+        }),
+        ("s", Some("{}"), "s", |r| {
+            matches!(
+                r,
+                RejectReason::WrongType {
+                    got: JsonKind::Object,
+                    ..
+                }
+            )
+        }),
         // binary
-        ("hex", Some("\"abc\""), "hex", |r| matches!(r, RejectReason::BadBinary { encoding: "base16", .. })),
-        ("hex", Some("\"zz\""), "hex", |r| matches!(r, RejectReason::BadBinary { encoding: "base16", .. })),
-        ("hex", Some("\"0x00\""), "hex", |r| matches!(r, RejectReason::BadBinary { .. })),
-        ("hex", Some("\"é0\""), "hex", |r| matches!(r, RejectReason::BadBinary { .. })),
-        ("hex", Some("12"), "hex", |r| matches!(r, RejectReason::WrongType { expected: "a base16 string", .. })),
-        ("b64", Some("\"aGVsbG8\""), "b64", |r| matches!(r, RejectReason::BadBinary { encoding: "base64", .. })),
-        ("b64", Some("\"aGVsbG9=\""), "b64", |r| matches!(r, RejectReason::BadBinary { .. })),
-        ("b64", Some("\"aGV-bG8=\""), "b64", |r| matches!(r, RejectReason::BadBinary { .. })),
-        ("b64", Some("\"aGVs bG8=\""), "b64", |r| matches!(r, RejectReason::BadBinary { .. })),
-        ("b64", Some("\"aGVsbG8=\\n\""), "b64", |r| matches!(r, RejectReason::BadBinary { .. })),
-        ("fix", Some("\"001122\""), "fix", |r| *r == RejectReason::BinaryLength { expected: 4, got: 3 }),
-        ("fix", Some("\"0011223344\""), "fix", |r| *r == RejectReason::BinaryLength { expected: 4, got: 5 }),
+        ("hex", Some("\"abc\""), "hex", |r| {
+            matches!(
+                r,
+                RejectReason::BadBinary {
+                    encoding: "base16",
+                    ..
+                }
+            )
+        }),
+        ("hex", Some("\"zz\""), "hex", |r| {
+            matches!(
+                r,
+                RejectReason::BadBinary {
+                    encoding: "base16",
+                    ..
+                }
+            )
+        }),
+        ("hex", Some("\"0x00\""), "hex", |r| {
+            matches!(r, RejectReason::BadBinary { .. })
+        }),
+        ("hex", Some("\"é0\""), "hex", |r| {
+            matches!(r, RejectReason::BadBinary { .. })
+        }),
+        ("hex", Some("12"), "hex", |r| {
+            matches!(
+                r,
+                RejectReason::WrongType {
+                    expected: "a base16 string",
+                    ..
+                }
+            )
+        }),
+        ("b64", Some("\"aGVsbG8\""), "b64", |r| {
+            matches!(
+                r,
+                RejectReason::BadBinary {
+                    encoding: "base64",
+                    ..
+                }
+            )
+        }),
+        ("b64", Some("\"aGVsbG9=\""), "b64", |r| {
+            matches!(r, RejectReason::BadBinary { .. })
+        }),
+        ("b64", Some("\"aGV-bG8=\""), "b64", |r| {
+            matches!(r, RejectReason::BadBinary { .. })
+        }),
+        ("b64", Some("\"aGVs bG8=\""), "b64", |r| {
+            matches!(r, RejectReason::BadBinary { .. })
+        }),
+        ("b64", Some("\"aGVsbG8=\\n\""), "b64", |r| {
+            matches!(r, RejectReason::BadBinary { .. })
+        }),
+        ("fix", Some("\"001122\""), "fix", |r| {
+            *r == RejectReason::BinaryLength {
+                expected: 4,
+                got: 3,
+            }
+        }),
+        ("fix", Some("\"0011223344\""), "fix", |r| {
+            *r == RejectReason::BinaryLength {
+                expected: 4,
+                got: 5,
+            }
+        }),
         // struct
-        ("st", Some("5"), "st", |r| matches!(r, RejectReason::WrongType { expected: "an object", .. })),
-        ("st", Some("[]"), "st", |r| matches!(r, RejectReason::WrongType { got: JsonKind::Array, .. })),
-        ("st", Some(r#"{"x":"a"}"#), "st.x", |r| matches!(r, RejectReason::WrongType { .. })),
+        ("st", Some("5"), "st", |r| {
+            matches!(
+                r,
+                RejectReason::WrongType {
+                    expected: "an object",
+                    ..
+                }
+            )
+        }),
+        ("st", Some("[]"), "st", |r| {
+            matches!(
+                r,
+                RejectReason::WrongType {
+                    got: JsonKind::Array,
+                    ..
+                }
+            )
+        }),
+        ("st", Some(r#"{"x":"a"}"#), "st.x", |r| {
+            matches!(r, RejectReason::WrongType { .. })
+        }),
         ("st", Some("{}"), "st.x", |r| *r == RejectReason::Missing),
-        ("st", Some(r#"{"x":null}"#), "st.x", |r| *r == RejectReason::Null),
-        ("st", Some(r#"{"x":1,"z":2,"w":3}"#), "st", |r| matches!(r, RejectReason::UnknownKeys { unknown, declared } if unknown == &["z", "w"] && declared == "['x', 'y']")),
-        ("st", Some(r#"{"x":1,"x":2}"#), "st", |r| matches!(r, RejectReason::DuplicateKey { key } if key == "x")),
+        ("st", Some(r#"{"x":null}"#), "st.x", |r| {
+            *r == RejectReason::Null
+        }),
+        (
+            "st",
+            Some(r#"{"x":1,"z":2,"w":3}"#),
+            "st",
+            |r| matches!(r, RejectReason::UnknownKeys { unknown, declared } if unknown == &["z", "w"] && declared == "['x', 'y']"),
+        ),
+        (
+            "st",
+            Some(r#"{"x":1,"x":2}"#),
+            "st",
+            |r| matches!(r, RejectReason::DuplicateKey { key } if key == "x"),
+        ),
         // map
-        ("m", Some("[]"), "m", |r| matches!(r, RejectReason::WrongType { expected: "an object", got: JsonKind::Array })),
-        ("m", Some("1"), "m", |r| matches!(r, RejectReason::WrongType { expected: "an object", .. })),
-        ("m", Some(r#"{"a":1,"b":"x"}"#), "m.b", |r| matches!(r, RejectReason::WrongType { expected: "a number", .. })),
-        ("m", Some(r#"{"a":null}"#), "m.a", |r| *r == RejectReason::Null),
-        ("m", Some(r#"{"a":1,"a":2}"#), "m", |r| matches!(r, RejectReason::DuplicateKey { key } if key == "a")),
+        ("m", Some("[]"), "m", |r| {
+            matches!(
+                r,
+                RejectReason::WrongType {
+                    expected: "an object",
+                    got: JsonKind::Array
+                }
+            )
+        }),
+        ("m", Some("1"), "m", |r| {
+            matches!(
+                r,
+                RejectReason::WrongType {
+                    expected: "an object",
+                    ..
+                }
+            )
+        }),
+        ("m", Some(r#"{"a":1,"b":"x"}"#), "m.b", |r| {
+            matches!(
+                r,
+                RejectReason::WrongType {
+                    expected: "a number",
+                    ..
+                }
+            )
+        }),
+        ("m", Some(r#"{"a":null}"#), "m.a", |r| {
+            *r == RejectReason::Null
+        }),
+        (
+            "m",
+            Some(r#"{"a":1,"a":2}"#),
+            "m",
+            |r| matches!(r, RejectReason::DuplicateKey { key } if key == "a"),
+        ),
         // list
-        ("levels", Some("{}"), "levels", |r| matches!(r, RejectReason::WrongType { expected: "an array", .. })),
-        ("levels", Some(r#"[{"px":1,"qty":1},{"px":"x","qty":1}]"#), "levels[1].px", |r| matches!(r, RejectReason::WrongType { .. })),
-        ("levels", Some("[null]"), "levels[0]", |r| *r == RejectReason::Null),
-        ("levels", Some(r#"[{"px":1}]"#), "levels[0].qty", |r| *r == RejectReason::Missing),
-        ("levels", Some(r#"[{"px":1,"qty":1},{"px":1,"qty":1},{"px":1,"qty":1},{"px":1,"qty":2147483648}]"#), "levels[3].qty", |r| matches!(r, RejectReason::OutOfRange { declared: "int32", .. })),
+        ("levels", Some("{}"), "levels", |r| {
+            matches!(
+                r,
+                RejectReason::WrongType {
+                    expected: "an array",
+                    ..
+                }
+            )
+        }),
+        (
+            "levels",
+            Some(r#"[{"px":1,"qty":1},{"px":"x","qty":1}]"#),
+            "levels[1].px",
+            |r| matches!(r, RejectReason::WrongType { .. }),
+        ),
+        ("levels", Some("[null]"), "levels[0]", |r| {
+            *r == RejectReason::Null
+        }),
+        ("levels", Some(r#"[{"px":1}]"#), "levels[0].qty", |r| {
+            *r == RejectReason::Missing
+        }),
+        (
+            "levels",
+            Some(
+                r#"[{"px":1,"qty":1},{"px":1,"qty":1},{"px":1,"qty":1},{"px":1,"qty":2147483648}]"#,
+            ),
+            "levels[3].qty",
+            |r| {
+                matches!(
+                    r,
+                    RejectReason::OutOfRange {
+                        declared: "int32",
+                        ..
+                    }
+                )
+            },
+        ),
         // whole-row faults
-        ("extra", Some("1"), "", |r| matches!(r, RejectReason::UnknownKeys { unknown, .. } if unknown == &["extra"])),
-        ("streamcast_ts", Some("1"), "", |r| *r == RejectReason::Reserved { key: "streamcast_ts" }),
-        ("litelink_offset", Some("1"), "", |r| *r == RejectReason::Reserved { key: "litelink_offset" }),
-        ("b", Some("true,\"b\":false"), "", |r| matches!(r, RejectReason::DuplicateKey { key } if key == "b")),
+        (
+            "extra",
+            Some("1"),
+            "",
+            |r| matches!(r, RejectReason::UnknownKeys { unknown, .. } if unknown == &["extra"]),
+        ),
+        ("streamcast_ts", Some("1"), "", |r| {
+            *r == RejectReason::Reserved {
+                key: "streamcast_ts",
+            }
+        }),
+        ("litelink_offset", Some("1"), "", |r| {
+            *r == RejectReason::Reserved {
+                key: "litelink_offset",
+            }
+        }),
+        (
+            "b",
+            Some("true,\"b\":false"),
+            "",
+            |r| matches!(r, RejectReason::DuplicateKey { key } if key == "b"),
+        ),
     ];
     for (column, sent, path, check) in cases {
         let text = row_with(column, *sent);
@@ -344,10 +714,7 @@ fn refusal_messages_read_like_the_reference() {
         message("i32", Some("2147483648")),
         "column 'i32' cannot hold 2147483648: it is declared int32 (-2147483648 to 2147483647)"
     );
-    assert_eq!(
-        message("i", None),
-        "column 'i' is required but absent"
-    );
+    assert_eq!(message("i", None), "column 'i' is required but absent");
     assert_eq!(
         message("i", Some("null")),
         "column 'i' is not nullable but was supplied as null"
@@ -383,10 +750,14 @@ fn the_four_required_nullable_combinations() {
     )
     .is_err());
     let codec = RowCodec::Schema(schema);
-    let cases: &[(&str, Result<&str, (&str, RejectReason)>)] = &[
+    type Want = Result<&'static str, (&'static str, RejectReason)>;
+    let cases: &[(&str, Want)] = &[
         (r#"{"rp":1,"rn":2,"on":3}"#, Ok(r#"{"rp":1,"rn":2,"on":3}"#)),
         (r#"{"rp":1}"#, Ok(r#"{"rp":1,"rn":null,"on":null}"#)),
-        (r#"{"rp":1,"rn":null,"on":null}"#, Ok(r#"{"rp":1,"rn":null,"on":null}"#)),
+        (
+            r#"{"rp":1,"rn":null,"on":null}"#,
+            Ok(r#"{"rp":1,"rn":null,"on":null}"#),
+        ),
         (r#"{"rn":1}"#, Err(("rp", RejectReason::Missing))),
         (r#"{"rp":null}"#, Err(("rp", RejectReason::Null))),
     ];
@@ -434,10 +805,16 @@ fn schemaless_rows_keep_order_and_values_compactly() {
             r#"{"big":18446744073709551615,"min":-9223372036854775808,"ns":1703422805243925307}"#,
             r#"{"big":18446744073709551615,"min":-9223372036854775808,"ns":1703422805243925307}"#,
         ),
-        (r#"{"streamcast_ts":1,"x":{}}"#, r#"{"streamcast_ts":1,"x":{}}"#),
+        (
+            r#"{"streamcast_ts":1,"x":{}}"#,
+            r#"{"streamcast_ts":1,"x":{}}"#,
+        ),
         (r#"{}"#, r#"{}"#),
         (r#"{"a":[[],[{}]]}"#, r#"{"a":[[],[{}]]}"#),
-        (r#"{"f":0.1,"g":1e-7,"h":123456789.0}"#, r#"{"f":0.1,"g":1e-7,"h":123456789.0}"#),
+        (
+            r#"{"f":0.1,"g":1e-7,"h":123456789.0}"#,
+            r#"{"f":0.1,"g":1e-7,"h":123456789.0}"#,
+        ),
     ];
     for (sent, written) in cases {
         let got = encode(&codec, sent).unwrap_or_else(|e| panic!("{sent}: {e}"));
@@ -522,8 +899,11 @@ fn same_or_even_tie(got: &str, want: &str) -> bool {
     ) else {
         return false;
     };
-    i == j && g.len() == w.len() && g[..i] == w[..i] && g[i + 1..] == w[i + 1..]
-        && (g[i] - b'0') % 2 == 0
+    i == j
+        && g.len() == w.len()
+        && g[..i] == w[..i]
+        && g[i + 1..] == w[i + 1..]
+        && (g[i] - b'0').is_multiple_of(2)
         && g[i].abs_diff(w[i]) == 1
 }
 

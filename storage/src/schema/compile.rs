@@ -58,7 +58,9 @@ pub enum SchemaFault {
         got: &'static str,
     },
     /// The top level must be `"type": "object"` with `properties`.
-    #[error("the top level must be {{\"type\": \"object\", \"properties\": {{...}}}}, not type {got}")]
+    #[error(
+        "the top level must be {{\"type\": \"object\", \"properties\": {{...}}}}, not type {got}"
+    )]
     TopLevelNotObject {
         /// The declared type, as JSON.
         got: String,
@@ -76,7 +78,9 @@ pub enum SchemaFault {
         got: String,
     },
     /// A type name outside the subset.
-    #[error("unknown type \"{name}\" (expected boolean, integer, number, string, object or array)")]
+    #[error(
+        "unknown type \"{name}\" (expected boolean, integer, number, string, object or array)"
+    )]
     UnknownType {
         /// The name given.
         name: String,
@@ -124,7 +128,9 @@ pub enum SchemaFault {
     #[error("declares both \"properties\" (a struct) and an \"additionalProperties\" schema (a map); choose one")]
     StructAndMap,
     /// An object with neither `properties` nor an `additionalProperties` schema.
-    #[error("an object needs \"properties\" (a struct) or an \"additionalProperties\" schema (a map)")]
+    #[error(
+        "an object needs \"properties\" (a struct) or an \"additionalProperties\" schema (a map)"
+    )]
     ObjectWithoutShape,
     /// `additionalProperties` that is neither `false` nor a schema.
     #[error("\"additionalProperties\" must be false or a schema, not {got}")]
@@ -223,9 +229,7 @@ pub(super) fn compile_value(value: &Value) -> Result<Schema, SchemaError> {
         None => {}
         Some(v) if v.as_bool() == Some(false) => {}
         Some(v) if v.is_object() => return Err(top().err(SchemaFault::StructAndMap)),
-        Some(v) => {
-            return Err(top().err(SchemaFault::BadAdditionalProperties { got: to_json(v) }))
-        }
+        Some(v) => return Err(top().err(SchemaFault::BadAdditionalProperties { got: to_json(v) })),
     }
     let props = obj
         .get(&"properties")
@@ -430,14 +434,11 @@ fn compile_string(
             let Some(n) = f.as_str().and_then(|s| s.strip_prefix("bytes")) else {
                 return Err(at.err(bad_format("string", format, "\"bytesN\"")));
             };
-            let valid = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && !n.starts_with('0');
+            let valid =
+                !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && !n.starts_with('0');
             match n.parse::<i32>() {
                 Ok(len) if valid && len > 0 => Some(len),
-                _ => {
-                    return Err(at.err(SchemaFault::BadFixedSize {
-                        format: to_json(f),
-                    }))
-                }
+                _ => return Err(at.err(SchemaFault::BadFixedSize { format: to_json(f) })),
             }
         }
     };

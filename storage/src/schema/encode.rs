@@ -121,7 +121,7 @@ pub(crate) fn write_binary(
     let len = match encoding {
         BinaryEncoding::Base16 => {
             let bytes = text.as_bytes();
-            if bytes.len() % 2 != 0 {
+            if !bytes.len().is_multiple_of(2) {
                 return Err(BinaryFault::Malformed(format!(
                     "odd number of hex digits ({})",
                     bytes.len()
