@@ -72,7 +72,10 @@ impl Filter {
     /// Parses `text` (the decoded query value). `lookup` says what each named column is; pass
     /// `None` for schema-less streams (any key may be named). Errors are the 4400 detail.
     pub fn parse(text: &str, lookup: Option<&dyn Fn(&str) -> ColumnLookup>) -> Result<Filter, String> {
-        let v: Value = sonic_rs::from_str(text).map_err(|_| "where= is not JSON".to_string())?;
+        // the strict parser: depth-limited (a hostile `[[[[…` cannot overflow the stack),
+        // duplicate keys refused
+        let v: Value = corecast_storage::json::parse_unique(text.as_bytes())
+            .map_err(|e| format!("where= is not JSON: {e}"))?;
         let obj = v
             .as_object()
             .ok_or_else(|| "where= must be a JSON object of column: value".to_string())?;
@@ -161,6 +164,12 @@ mod tests {
         let f = Filter::parse("{}", Some(&trade_lookup)).unwrap();
         assert!(f.matches(br#"{"side":1}"#));
         assert_eq!(f.echo(), "{}");
+    }
+
+    #[test]
+    fn hostile_nesting_is_refused_not_a_crash() {
+        let deep = "[".repeat(5000);
+        assert!(Filter::parse(&deep, None).is_err());
     }
 
     #[test]

@@ -269,9 +269,9 @@ pub enum ColumnType {
     },
     /// `object` + `properties` → Arrow struct.
     Struct(Fields),
-    /// `object` + `additionalProperties: {schema}` → Arrow map<utf8, T>, values never null.
+    /// `object` + `additionalProperties: {schema}` → Arrow `map<utf8, T>`, values never null.
     Map(Box<ColumnType>),
-    /// `array` + `items` → Arrow list<T>, items never null.
+    /// `array` + `items` → Arrow `list<T>`, items never null.
     List(Box<ColumnType>),
 }
 

@@ -18,8 +18,8 @@
 //!   `float` column in the `f32`'s own shortest form;
 //! - binary text is checked against its encoding (and length for `bytesN`) and written
 //!   canonically: base16 lowercase, base64 standard padded;
-//! - map values must be objects… of the declared value type; list items and map values are never
-//!   null.
+//! - a map column takes an object whose values all have the declared value type, a list column
+//!   an array; list items and map values are never null.
 //!
 //! With no schema any JSON object goes, re-encoded compactly with the publisher's key order and
 //! values (integers exact, floats shortest round-trip), so no stored row holds a raw line break.
