@@ -133,7 +133,9 @@ impl Config {
     /// The embedded default: a durable `trades` stream with the trade schema under `./data`.
     pub fn embedded_default() -> Config {
         Config {
-            listen: DEFAULT_LISTEN.parse().expect("default listen address parses"),
+            listen: DEFAULT_LISTEN
+                .parse()
+                .expect("default listen address parses"),
             data_dir: PathBuf::from("data"),
             streams: vec![StreamConfig::with_defaults(
                 "trades",
@@ -167,7 +169,9 @@ impl Config {
             Some(l) => l
                 .parse()
                 .map_err(|e| err("listen", format!("{l:?} is not an address: {e}")))?,
-            None => DEFAULT_LISTEN.parse().expect("default listen address parses"),
+            None => DEFAULT_LISTEN
+                .parse()
+                .expect("default listen address parses"),
         };
         let data_dir = base.join(raw.data_dir.unwrap_or_else(|| "data".into()));
         let mut seen = HashSet::new();
@@ -177,11 +181,17 @@ impl Config {
             if !valid_stream_name(&s.name) {
                 return Err(err(
                     &k("name"),
-                    format!("{:?} does not match [A-Za-z0-9][A-Za-z0-9_.-]{{0,127}}", s.name),
+                    format!(
+                        "{:?} does not match [A-Za-z0-9][A-Za-z0-9_.-]{{0,127}}",
+                        s.name
+                    ),
                 ));
             }
             if !seen.insert(s.name.clone()) {
-                return Err(err(&k("name"), format!("stream {:?} is declared twice", s.name)));
+                return Err(err(
+                    &k("name"),
+                    format!("stream {:?} is declared twice", s.name),
+                ));
             }
             let schema_json = match &s.schema {
                 Some(p) => {
@@ -192,7 +202,8 @@ impl Config {
                 }
                 None => None,
             };
-            let mut sc = StreamConfig::with_defaults(&s.name, schema_json, s.durable.unwrap_or(true));
+            let mut sc =
+                StreamConfig::with_defaults(&s.name, schema_json, s.durable.unwrap_or(true));
             sc.exactly_once = s.exactly_once.unwrap_or(false);
             if sc.exactly_once && !sc.durable {
                 return Err(err(
@@ -211,13 +222,14 @@ impl Config {
                     ))
                 }
             }
-            let positive = |v: Option<i64>, key: &str, max: i64| -> Result<Option<i64>, ConfigError> {
-                match v {
-                    None => Ok(None),
-                    Some(n) if n >= 1 && n <= max => Ok(Some(n)),
-                    Some(n) => Err(err(&k(key), format!("{n} is outside 1..={max}"))),
-                }
-            };
+            let positive =
+                |v: Option<i64>, key: &str, max: i64| -> Result<Option<i64>, ConfigError> {
+                    match v {
+                        None => Ok(None),
+                        Some(n) if n >= 1 && n <= max => Ok(Some(n)),
+                        Some(n) => Err(err(&k(key), format!("{n} is outside 1..={max}"))),
+                    }
+                };
             if let Some(n) = positive(s.max_backlog, "max_backlog", 1 << 24)? {
                 sc.max_backlog = n as u64;
             }
@@ -233,7 +245,10 @@ impl Config {
             streams.push(sc);
         }
         if streams.is_empty() {
-            return Err(err("stream", "no [[stream]] declared: nothing to serve".into()));
+            return Err(err(
+                "stream",
+                "no [[stream]] declared: nothing to serve".into(),
+            ));
         }
         Ok(Config {
             listen,
@@ -286,12 +301,27 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let cases = [
             ("[[stream]]\nname = \"bad name\"\n", "stream[0].name"),
-            ("[[stream]]\nname = \"t\"\nmax_replay = -3\n", "stream[0].max_replay"),
-            ("[[stream]]\nname = \"t\"\nmax_backlog = 0\n", "stream[0].max_backlog"),
-            ("[[stream]]\nname = \"t\"\nschema = \"missing.json\"\n", "stream[0].schema"),
-            ("[[stream]]\nname = \"t\"\n[[stream]]\nname = \"t\"\n", "stream[1].name"),
+            (
+                "[[stream]]\nname = \"t\"\nmax_replay = -3\n",
+                "stream[0].max_replay",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\nmax_backlog = 0\n",
+                "stream[0].max_backlog",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\nschema = \"missing.json\"\n",
+                "stream[0].schema",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\n[[stream]]\nname = \"t\"\n",
+                "stream[1].name",
+            ),
             ("listen = \"nowhere\"\n[[stream]]\nname = \"t\"\n", "listen"),
-            ("[[stream]]\nname = \"t\"\ndurable = false\nexactly_once = true\n", "stream[0].exactly_once"),
+            (
+                "[[stream]]\nname = \"t\"\ndurable = false\nexactly_once = true\n",
+                "stream[0].exactly_once",
+            ),
         ];
         for (text, key) in cases {
             let p = write(d.path(), "c.toml", text);

@@ -71,7 +71,10 @@ pub struct Filter {
 impl Filter {
     /// Parses `text` (the decoded query value). `lookup` says what each named column is; pass
     /// `None` for schema-less streams (any key may be named). Errors are the 4400 detail.
-    pub fn parse(text: &str, lookup: Option<&dyn Fn(&str) -> ColumnLookup>) -> Result<Filter, String> {
+    pub fn parse(
+        text: &str,
+        lookup: Option<&dyn Fn(&str) -> ColumnLookup>,
+    ) -> Result<Filter, String> {
         // the strict parser: depth-limited (a hostile `[[[[…` cannot overflow the stack),
         // duplicate keys refused
         let v: Value = corecast_storage::json::parse_unique(text.as_bytes())
@@ -98,7 +101,8 @@ impl Filter {
                 }
                 list.iter()
                     .map(|x| {
-                        Scalar::of(x).ok_or_else(|| format!("where= values for {k:?} must be scalars"))
+                        Scalar::of(x)
+                            .ok_or_else(|| format!("where= values for {k:?} must be scalars"))
                     })
                     .collect::<Result<Vec<_>, _>>()?
             } else {
@@ -160,7 +164,10 @@ mod tests {
         let f = Filter::parse(r#"{"price":85566}"#, Some(&trade_lookup)).unwrap();
         assert!(f.matches(br#"{"price":85566.0}"#));
         let f = Filter::parse(r#"{"side":"1"}"#, Some(&trade_lookup)).unwrap();
-        assert!(!f.matches(br#"{"side":1}"#), "type mismatch matches nothing");
+        assert!(
+            !f.matches(br#"{"side":1}"#),
+            "type mismatch matches nothing"
+        );
         let f = Filter::parse("{}", Some(&trade_lookup)).unwrap();
         assert!(f.matches(br#"{"side":1}"#));
         assert_eq!(f.echo(), "{}");

@@ -121,7 +121,11 @@ fn serve(
         ),
     }
     tracing::info!(streams, "listening on {}", running.addr);
-    println!("corecast listening on {} (driver {})", running.addr, running.driver.name());
+    println!(
+        "corecast listening on {} (driver {})",
+        running.addr,
+        running.driver.name()
+    );
     let mut signals = signals;
     if let Some(sig) = signals.forever().next() {
         tracing::info!(signal = sig, "shutting down");

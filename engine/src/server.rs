@@ -74,7 +74,10 @@ pub struct Running {
     /// Which driver the shards got.
     pub driver: Driver,
     shards: Vec<(flume::Sender<ShardMsg>, std::thread::JoinHandle<()>)>,
-    writers: Vec<(crossbeam_channel::Sender<WriterMsg>, std::thread::JoinHandle<()>)>,
+    writers: Vec<(
+        crossbeam_channel::Sender<WriterMsg>,
+        std::thread::JoinHandle<()>,
+    )>,
     pool: ReaderPool,
     shared: Arc<Shared>,
     _lock: File,
@@ -94,7 +97,10 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
     std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
-        StartError::Other(format!("cannot create data directory {}: {e}", cfg.data_dir.display()))
+        StartError::Other(format!(
+            "cannot create data directory {}: {e}",
+            cfg.data_dir.display()
+        ))
     })?;
     let data_dir: PathBuf = cfg
         .data_dir
@@ -114,7 +120,9 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         addr: cfg.listen,
         reason: e.to_string(),
     })?;
-    let addr = probe.local_addr().map_err(|e| StartError::Other(e.to_string()))?;
+    let addr = probe
+        .local_addr()
+        .map_err(|e| StartError::Other(e.to_string()))?;
     drop(probe);
 
     // open the streams
@@ -135,8 +143,8 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         let dir = data_dir.join(&sc.name);
         let writer = owner(&sc.name, writers_n);
         let (stream_id, end, earliest, metadata, hint) = if sc.durable {
-            let buffer = Buffer::open(&dir, sc.schema_json.as_deref())
-                .map_err(|e| serr(e.to_string()))?;
+            let buffer =
+                Buffer::open(&dir, sc.schema_json.as_deref()).map_err(|e| serr(e.to_string()))?;
             let end = buffer.end_offset();
             let reader = BufferReader::open(&dir).map_err(|e| serr(e.to_string()))?;
             let earliest = reader

@@ -61,9 +61,15 @@ impl Setup {
 impl Server {
     /// Starts `corecast serve --config CONFIG --data DATA --listen 127.0.0.1:0` plus `extra` args
     /// and waits for its "listening on" line.
+    #[allow(clippy::zombie_processes)] // every path either returns the child (Drop kills and
+                                       // waits) or panics after it exited or timed out
     pub fn start(config: Option<&Path>, data: &Path, extra: &[&str]) -> Server {
         let mut cmd = Command::new(corecast_bin());
-        cmd.arg("serve").arg("--listen").arg("127.0.0.1:0").arg("--data").arg(data);
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--data")
+            .arg(data);
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
         }
@@ -110,7 +116,11 @@ impl Server {
 
     /// `ws://ADDR/PATH_AND_QUERY`.
     pub fn url(&self, path_and_query: &str) -> String {
-        format!("ws://{}/{}", self.addr, path_and_query.trim_start_matches('/'))
+        format!(
+            "ws://{}/{}",
+            self.addr,
+            path_and_query.trim_start_matches('/')
+        )
     }
 
     /// Sends SIGTERM and waits for exit; returns the exit status code.
@@ -121,7 +131,10 @@ impl Server {
             if let Some(st) = self.child.try_wait().expect("wait") {
                 return st.code();
             }
-            assert!(Instant::now() < deadline, "corecast did not exit within 30 s of SIGTERM");
+            assert!(
+                Instant::now() < deadline,
+                "corecast did not exit within 30 s of SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -155,7 +168,10 @@ impl Drop for Server {
 
 /// SIGTERM via the `kill` command (the tests stay free of unsafe code).
 fn unsafe_free_sigterm(pid: u32) {
-    let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status();
 }
 
 pub type Ws = tungstenite::WebSocket<tungstenite::stream::MaybeTlsStream<TcpStream>>;
@@ -186,7 +202,9 @@ pub fn recv_text(ws: &mut Ws) -> String {
 pub fn recv_close(ws: &mut Ws) -> (u16, String) {
     loop {
         match ws.read() {
-            Ok(tungstenite::Message::Close(Some(c))) => return (u16::from(c.code), c.reason.to_string()),
+            Ok(tungstenite::Message::Close(Some(c))) => {
+                return (u16::from(c.code), c.reason.to_string())
+            }
             Ok(tungstenite::Message::Close(None)) => return (1005, String::new()),
             Ok(_) => continue,
             Err(e) => panic!("no close frame: {e}"),

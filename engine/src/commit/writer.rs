@@ -92,7 +92,7 @@ pub enum AppendReply {
 }
 
 enum Log {
-    Durable(Buffer),
+    Durable(Box<Buffer>),
     Live { next: u64 },
 }
 
@@ -115,7 +115,7 @@ impl Writer {
     ) -> Writer {
         let mut logs = HashMap::new();
         for (i, b) in buffers {
-            logs.insert(i, Log::Durable(b));
+            logs.insert(i, Log::Durable(Box::new(b)));
         }
         for i in live {
             logs.insert(i, Log::Live { next: 1 });
@@ -227,7 +227,8 @@ impl Writer {
                 let first = buffer.end_offset();
                 match buffer.append(&batches) {
                     Ok(outcomes) => {
-                        let mut b = FrameBatchBuilder::new(first, true, bytes_total + rows_total * 40);
+                        let mut b =
+                            FrameBatchBuilder::new(first, true, bytes_total + rows_total * 40);
                         for ((outcome, rows), _a) in outcomes.iter().zip(&slices).zip(&appends) {
                             match outcome {
                                 BatchOutcome::Appended {
@@ -242,7 +243,9 @@ impl Writer {
                                         b.push(r, *ts_us);
                                     }
                                     let mut offsets = dup_offsets.clone();
-                                    offsets.extend((0..*appended as u64).map(|k| Some(first_offset + k)));
+                                    offsets.extend(
+                                        (0..*appended as u64).map(|k| Some(first_offset + k)),
+                                    );
                                     replies.push(AppendReply::Ok { offsets, dup });
                                 }
                                 BatchOutcome::Gap { expected, got } => {
@@ -257,7 +260,11 @@ impl Writer {
                     }
                     Err(e) => {
                         let msg = e.to_string();
-                        replies.extend(appends.iter().map(|_| AppendReply::CommitFailed(msg.clone())));
+                        replies.extend(
+                            appends
+                                .iter()
+                                .map(|_| AppendReply::CommitFailed(msg.clone())),
+                        );
                         None
                     }
                 }

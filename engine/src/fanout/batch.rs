@@ -50,12 +50,7 @@ impl FrameBatchBuilder {
     pub fn push(&mut self, row: &[u8], ts_us: i64) {
         let seq = self.first + self.ends.len() as u64;
         let before = self.buf.len();
-        encode_data_frame(
-            self.durable.then_some(seq),
-            Some(ts_us),
-            row,
-            &mut self.buf,
-        );
+        encode_data_frame(self.durable.then_some(seq), Some(ts_us), row, &mut self.buf);
         let end = self.buf.len();
         // the row is the frame's last bytes but one (`]`)
         let row_end = end - 1;
@@ -127,7 +122,8 @@ impl FrameBatch {
         if from >= to {
             return Bytes::new();
         }
-        self.frames.slice(self.frame_start(from)..self.frame_end(to - 1))
+        self.frames
+            .slice(self.frame_start(from)..self.frame_end(to - 1))
     }
 
     /// The row JSON of frame `i`.

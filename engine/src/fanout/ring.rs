@@ -102,7 +102,11 @@ mod tests {
         h.push(batch(5, 4));
         h.push(batch(9, 4));
         assert_eq!(h.head(), 13);
-        assert_eq!(h.base(), 5, "the oldest batch goes once 8 frames remain without it");
+        assert_eq!(
+            h.base(),
+            5,
+            "the oldest batch goes once 8 frames remain without it"
+        );
         let firsts: Vec<u64> = h.batches_from(9).map(|b| b.first).collect();
         assert_eq!(firsts, vec![9]);
         let firsts: Vec<u64> = h.batches_from(6).map(|b| b.first).collect();

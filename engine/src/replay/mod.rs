@@ -108,26 +108,33 @@ fn scan(
     job: &ReplayJob,
 ) -> Result<FrameBatch, String> {
     let stream = &registry.streams[job.stream];
-    if !readers.contains_key(&job.stream) {
-        let r = BufferReader::open(&stream.dir).map_err(|e| e.to_string())?;
-        readers.insert(job.stream, r);
-    }
-    let reader = readers.get_mut(&job.stream).expect("reader just inserted");
+    let reader = match readers.entry(job.stream) {
+        std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+        std::collections::hash_map::Entry::Vacant(v) => {
+            v.insert(BufferReader::open(&stream.dir).map_err(|e| e.to_string())?)
+        }
+    };
     let mut builder: Option<FrameBatchBuilder> = None;
     let mut stop = false;
     reader
-        .scan_with(job.from, job.to, REPLAY_CHUNK_ROWS, |offset, ts_us, payload| {
-            if stop {
-                return;
-            }
-            let b = builder.get_or_insert_with(|| FrameBatchBuilder::new(offset, true, 64 * 1024));
-            if b.next_seq() != offset {
-                // a hole (retention): stop here; the session asks again from the next offset
-                stop = true;
-                return;
-            }
-            b.push(payload, ts_us);
-        })
+        .scan_with(
+            job.from,
+            job.to,
+            REPLAY_CHUNK_ROWS,
+            |offset, ts_us, payload| {
+                if stop {
+                    return;
+                }
+                let b =
+                    builder.get_or_insert_with(|| FrameBatchBuilder::new(offset, true, 64 * 1024));
+                if b.next_seq() != offset {
+                    // a hole (retention): stop here; the session asks again from the next offset
+                    stop = true;
+                    return;
+                }
+                b.push(payload, ts_us);
+            },
+        )
         .map_err(|e| e.to_string())?;
     Ok(builder
         .unwrap_or_else(|| FrameBatchBuilder::new(job.to, true, 0))

@@ -62,7 +62,12 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             Some((Ok(n), b)) if n > 0 => buf = b,
             Some(_) => return,
             None => {
-                let body = json_error(408, "request_timeout", "no complete request head in 10 s", true);
+                let body = json_error(
+                    408,
+                    "request_timeout",
+                    "no complete request head in 10 s",
+                    true,
+                );
                 let _ = wr.write_all(body).await;
                 let _ = wr.shutdown().await;
                 return;
@@ -122,11 +127,13 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             let mark = match &eo {
                 Some(e) => {
                     let (tx, rx) = flume::bounded(1);
-                    let _ = ctx.shared.writers[st.writer].send(crate::commit::writer::WriterMsg::Mark {
-                        stream,
-                        id: e.id.clone(),
-                        reply: tx,
-                    });
+                    let _ = ctx.shared.writers[st.writer].send(
+                        crate::commit::writer::WriterMsg::Mark {
+                            stream,
+                            id: e.id.clone(),
+                            reply: tx,
+                        },
+                    );
                     let m = rx.recv_async().await.ok().flatten();
                     Some(PublisherMark {
                         id: &e.id,
@@ -171,9 +178,21 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
                 hub.head()
             };
             let (start, replay) = match offset {
-                None => (Start { next: head, replay_end: head }, None),
+                None => (
+                    Start {
+                        next: head,
+                        replay_end: head,
+                    },
+                    None,
+                ),
                 Some(n) => match replay_window(&st, n, head) {
-                    Ok(first) => (Start { next: first, replay_end: head }, Some((first, head))),
+                    Ok(first) => (
+                        Start {
+                            next: first,
+                            replay_end: head,
+                        },
+                        Some((first, head)),
+                    ),
                     Err(r) => return refuse(wr, out, r).await,
                 },
             };

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use corecast_net::protocol::reply::{Offsets, Reply};
 use corecast_net::rt::{self, WriteHalf};
-use corecast_net::ws::frame::{encode_close, encode_pong, frame_in_place, OpCode};
 use corecast_net::ws::close::CloseCode;
+use corecast_net::ws::frame::{encode_close, encode_pong, frame_in_place, OpCode};
 use corecast_storage::json;
 use sonic_rs::{JsonContainerTrait, JsonValueTrait, Value};
 
@@ -82,7 +82,13 @@ pub async fn run(
     stream.stats.publishers.fetch_add(1, Ordering::Relaxed);
     ctx.shared.publishers_open.fetch_add(1, Ordering::SeqCst);
     let eo = eo.map(Rc::new);
-    rt::spawn(read_loop(ctx.clone(), stream.clone(), ws, state.clone(), eo.clone()));
+    rt::spawn(read_loop(
+        ctx.clone(),
+        stream.clone(),
+        ws,
+        state.clone(),
+        eo.clone(),
+    ));
     reply_loop(&ctx, &stream, wr, &state, eo.as_deref()).await;
     if let Some(eo) = &eo {
         stream.release(&eo.id, &eo.claim);
@@ -164,7 +170,9 @@ async fn handle_frame(
 ) -> Pending {
     let v = match json::parse(data) {
         Ok(v) => v,
-        Err(e) => return Pending::Ready(reply::bad_frame(&format!("publish frame is not JSON: {e}"))),
+        Err(e) => {
+            return Pending::Ready(reply::bad_frame(&format!("publish frame is not JSON: {e}")))
+        }
     };
     let (rows, seq): (Vec<&Value>, Option<u64>) = match shape(&v, eo.is_some()) {
         Ok(x) => x,
@@ -223,7 +231,10 @@ fn shape(v: &Value, exactly_once: bool) -> Result<(Vec<&Value>, Option<u64>), St
             return Ok(vec![v]);
         }
         let Some(list) = v.as_array() else {
-            return Err(format!("publish frame is a {}, not a row or a list", type_name(v)));
+            return Err(format!(
+                "publish frame is a {}, not a row or a list",
+                type_name(v)
+            ));
         };
         if list.is_empty() {
             return Err("publish frame is an empty list; send at least one row".into());
@@ -345,9 +356,7 @@ async fn reply_loop(
             continue;
         }
         let drained = state.queue.borrow().is_empty() && !state.reader_busy.get();
-        if drained
-            && (state.reader_done.get() || ctx.shutting_down() || superseded(eo))
-        {
+        if drained && (state.reader_done.get() || ctx.shutting_down() || superseded(eo)) {
             break;
         }
         // wake at least every 100 ms to notice a takeover by another shard

@@ -57,7 +57,11 @@ pub fn parse_py_int(s: &str) -> Option<i128> {
         b'+' => (false, &t[1..]),
         _ => (false, t),
     };
-    if digits.is_empty() || digits.starts_with('_') || digits.ends_with('_') || digits.contains("__") {
+    if digits.is_empty()
+        || digits.starts_with('_')
+        || digits.ends_with('_')
+        || digits.contains("__")
+    {
         return None;
     }
     let mut v: i128 = 0;
@@ -89,14 +93,20 @@ pub fn route(name: &str, query: &[u8], registry: &Registry) -> Result<Intent, Re
     }
     let publish = q.contains("publish");
     if publish && q.contains("offset") {
-        return Err(bad_request("publish and offset are different requests; pass one"));
+        return Err(bad_request(
+            "publish and offset are different requests; pass one",
+        ));
     }
     if publish && q.contains("where") {
-        return Err(bad_request("publish takes no where=; a publisher receives nothing"));
+        return Err(bad_request(
+            "publish takes no where=; a publisher receives nothing",
+        ));
     }
     let publisher = q.get("publisher").map(str::to_string);
     if publisher.is_some() && !publish {
-        return Err(bad_request("publisher= names an exactly-once publisher; it needs publish"));
+        return Err(bad_request(
+            "publisher= names an exactly-once publisher; it needs publish",
+        ));
     }
     if let Some(p) = &publisher {
         if p.is_empty() || p.len() > 128 {
@@ -144,7 +154,9 @@ pub fn route(name: &str, query: &[u8], registry: &Registry) -> Result<Intent, Re
         Some(raw) => match parse_py_int(raw) {
             None => return Err(bad_request(&format!("offset={raw} is not an integer"))),
             Some(n) if n < 0 => {
-                return Err(bad_request(&format!("offset={n} is negative; 0 means everything")))
+                return Err(bad_request(&format!(
+                    "offset={n} is negative; 0 means everything"
+                )))
             }
             Some(n) => Some(u64::try_from(n).unwrap_or(u64::MAX)),
         },

@@ -33,7 +33,11 @@ pub fn render(shared: &Shared) -> String {
             "null".into()
         };
         let (last_us, last_ts, last_age) = if last > 0 {
-            (last.to_string(), secs(last).to_string(), secs(now - last).to_string())
+            (
+                last.to_string(),
+                secs(last).to_string(),
+                secs(now - last).to_string(),
+            )
         } else {
             ("null".into(), "null".into(), "null".into())
         };

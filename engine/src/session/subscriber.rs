@@ -59,7 +59,16 @@ pub async fn run(
     let state = Rc::new(SubState::default());
     stream.stats.subscribers.fetch_add(1, Ordering::Relaxed);
     rt::spawn(read_loop(ws, state.clone(), signal.clone()));
-    let close = serve(&ctx, &stream, &mut wr, &state, &signal, start, filter.as_ref()).await;
+    let close = serve(
+        &ctx,
+        &stream,
+        &mut wr,
+        &state,
+        &signal,
+        start,
+        filter.as_ref(),
+    )
+    .await;
     stream.stats.subscribers.fetch_sub(1, Ordering::Relaxed);
     if let Some((code, reason)) = close {
         let mut f = Vec::with_capacity(reason.len() + 8);
@@ -107,7 +116,8 @@ fn gather(batch: &FrameBatch, from: u64, filter: Option<&Filter>, fv: &mut Frame
     match filter {
         None => {
             let mut j = i;
-            while j < n && fv.len() + (batch.frame_end(j) - batch.frame_start(i)) <= WRITE_BYTES_MAX {
+            while j < n && fv.len() + (batch.frame_end(j) - batch.frame_start(i)) <= WRITE_BYTES_MAX
+            {
                 j += 1;
             }
             if j == i && i < n && fv.is_empty() {
@@ -229,7 +239,10 @@ async fn serve(
             frames_write(stream, wr, &mut fv, frames).await?;
             continue;
         }
-        if ctx.shutting_down() && ctx.shared.publishers_open.load(Ordering::SeqCst) == 0 && next >= head {
+        if ctx.shutting_down()
+            && ctx.shared.publishers_open.load(Ordering::SeqCst) == 0
+            && next >= head
+        {
             return Some((1001, "server shutting down".into()));
         }
         signal.wait().await;

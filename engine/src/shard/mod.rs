@@ -148,7 +148,9 @@ pub fn run(setup: ShardSetup) {
     let mut runtime = match rt::build_runtime(4096) {
         Ok(r) => r,
         Err(e) => {
-            let _ = setup.ready.send(Err(format!("cannot build the runtime: {e}")));
+            let _ = setup
+                .ready
+                .send(Err(format!("cannot build the runtime: {e}")));
             return;
         }
     };
