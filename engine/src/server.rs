@@ -143,8 +143,10 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         let dir = data_dir.join(&sc.name);
         let writer = owner(&sc.name, writers_n);
         let (stream_id, end, earliest, metadata, hint) = if sc.durable {
+            // the published form, so reformatting the schema file is not a schema change
+            let published = schema.as_ref().map(|s| s.published());
             let buffer =
-                Buffer::open(&dir, sc.schema_json.as_deref()).map_err(|e| serr(e.to_string()))?;
+                Buffer::open(&dir, published.as_deref()).map_err(|e| serr(e.to_string()))?;
             let end = buffer.end_offset();
             let reader = BufferReader::open(&dir).map_err(|e| serr(e.to_string()))?;
             let earliest = reader
