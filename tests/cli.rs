@@ -1,2 +1,452 @@
-//! (to be written)
+//! The `corecast` client subcommands end to end: `pub`, `sub`, `tail`, `--help`, exit codes and
+//! error lines; plus the client library's exactly-once publisher (resume after the mark,
+//! takeover) through its blocking facade.
 mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use corecast_net::client::{blocking, ClientError, Offset, PublishOptions, SubscribeOptions};
+use support::{corecast_bin, corecast_run, dead_port, split_frame, trade, Server, Setup};
+
+const T: Duration = Duration::from_secs(60);
+
+fn rows(from: i64, to: i64) -> String {
+    (from..=to).map(|i| trade(i, "BTCUSD") + "\n").collect()
+}
+
+fn one_line(stderr: &str) -> &str {
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected one error line, got: {stderr}");
+    lines[0]
+}
+
+fn default_server(setup: &Setup) -> Server {
+    Server::start(None, &setup.data(), &[])
+}
+
+#[test]
+fn help_lists_commands_examples_and_exit_codes() {
+    let out = corecast_run(&["--help"], None, T);
+    assert_eq!(out.code, Some(0));
+    for w in [
+        "serve",
+        "pub",
+        "sub",
+        "tail",
+        "Exit codes",
+        "corecast sub ws://",
+    ] {
+        assert!(out.stdout.contains(w), "--help lacks {w}: {}", out.stdout);
+    }
+    for cmd in ["pub", "sub", "tail"] {
+        let out = corecast_run(&[cmd, "--help"], None, T);
+        assert_eq!(out.code, Some(0), "{cmd} --help");
+        for w in [
+            "Examples:",
+            "Exit codes:",
+            "ws://HOST:PORT/STREAM",
+            &format!("corecast {cmd} ws://"),
+        ] {
+            assert!(
+                out.stdout.contains(w),
+                "{cmd} --help lacks {w}: {}",
+                out.stdout
+            );
+        }
+        for code in ["  0 ", "  1 ", "  2 ", "  3 "] {
+            assert!(
+                out.stdout.contains(code),
+                "{cmd} --help lacks exit code {code}"
+            );
+        }
+    }
+}
+
+#[test]
+fn usage_errors_exit_2_with_one_line() {
+    let out = corecast_run(&["sub"], None, T);
+    assert_eq!(out.code, Some(2));
+    for url in [
+        "http://127.0.0.1:1/trades",
+        "ws://127.0.0.1:1/",
+        "ws://127.0.0.1/a?offset=1",
+        "wss://h:1/s",
+    ] {
+        for cmd in ["sub", "pub", "tail"] {
+            let out = corecast_run(&[cmd, url], None, T);
+            assert_eq!(out.code, Some(2), "{cmd} {url}: {}", out.stderr);
+            let line = one_line(&out.stderr);
+            assert!(
+                line.contains("ws://HOST:PORT/STREAM") && line.contains("bad URL"),
+                "{line}"
+            );
+        }
+    }
+    let out = corecast_run(&["sub", "ws://127.0.0.1:1/s", "--offset", "-3"], None, T);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    let out = corecast_run(&["pub", "ws://127.0.0.1:1/s", "--batch", "0"], None, T);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+}
+
+#[test]
+fn connection_failure_exits_3() {
+    let url = format!("ws://127.0.0.1:{}/trades", dead_port());
+    for cmd in ["sub", "tail", "pub"] {
+        let out = corecast_run(&[cmd, &url], Some(b""), T);
+        assert_eq!(out.code, Some(3), "{cmd}: {}", out.stderr);
+        assert!(
+            one_line(&out.stderr).contains("cannot connect to 127.0.0.1:"),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
+fn pub_sub_tail_and_refusals() {
+    let setup = Setup::new();
+    let server = default_server(&setup);
+    let url = server.url("trades");
+
+    // pub from stdin, batched and pipelined
+    let out = corecast_run(
+        &["pub", &url, "--batch", "3"],
+        Some(rows(1, 10).as_bytes()),
+        T,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("published 10 rows") && out.stderr.contains("offsets 1..=10"),
+        "{}",
+        out.stderr
+    );
+
+    // pub from a file, one row per frame, rate-limited
+    let file = setup.tmp.path().join("more.jsonl");
+    std::fs::write(&file, rows(11, 15)).unwrap();
+    let started = std::time::Instant::now();
+    let out = corecast_run(
+        &[
+            "pub",
+            &url,
+            "--file",
+            &file.display().to_string(),
+            "--batch",
+            "1",
+            "--rate",
+            "50",
+        ],
+        None,
+        T,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        started.elapsed() >= Duration::from_millis(60),
+        "--rate did not pace"
+    );
+
+    // sub from earliest: frames exactly as received, offsets 1..=15
+    let out = corecast_run(
+        &["sub", &url, "--offset", "earliest", "--count", "15"],
+        None,
+        T,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let lines = out.lines();
+    assert_eq!(lines.len(), 15);
+    for (i, line) in lines.iter().enumerate() {
+        let (o, ts, row) = split_frame(line);
+        assert_eq!(o, Some(i as u64 + 1));
+        assert!(ts.unwrap() > 1_600_000_000_000_000);
+        assert_eq!(row, trade(i as i64 + 1, "BTCUSD"), "row {i}");
+    }
+
+    // --rows-only, --offset N and --where
+    let out = corecast_run(
+        &["sub", &url, "--offset", "12", "--count", "2", "--rows-only"],
+        None,
+        T,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(out.lines(), vec![trade(12, "BTCUSD"), trade(13, "BTCUSD")]);
+    let out = corecast_run(
+        &[
+            "sub",
+            &url,
+            "--offset",
+            "0",
+            "--where",
+            r#"{"side":1}"#,
+            "--count",
+            "3",
+            "--rows-only",
+        ],
+        None,
+        T,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(
+        out.lines(),
+        vec![trade(1, "BTCUSD"), trade(3, "BTCUSD"), trade(5, "BTCUSD")]
+    );
+
+    // a cursor file: consume 4, then resume at 5
+    let cursor = setup.tmp.path().join("c");
+    let c = cursor.display().to_string();
+    let out = corecast_run(
+        &[
+            "sub", &url, "--offset", "earliest", "--cursor", &c, "--count", "4",
+        ],
+        None,
+        T,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(std::fs::read_to_string(&cursor).unwrap(), "4\n");
+    let out = corecast_run(
+        &[
+            "sub", &url, "--offset", "earliest", "--cursor", &c, "--count", "3",
+        ],
+        None,
+        T,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let offs: Vec<_> = out
+        .lines()
+        .iter()
+        .map(|l| split_frame(l).0.unwrap())
+        .collect();
+    assert_eq!(offs, vec![5, 6, 7]);
+    assert_eq!(std::fs::read_to_string(&cursor).unwrap(), "7\n");
+    std::fs::write(&cursor, "garbage").unwrap();
+    let out = corecast_run(&["sub", &url, "--cursor", &c, "--count", "1"], None, T);
+    assert_eq!(out.code, Some(4), "{}", out.stderr);
+    assert!(
+        one_line(&out.stderr).contains("cursor file"),
+        "{}",
+        out.stderr
+    );
+
+    // tail -n 3: rows 13..=15, then a live row 16
+    let mut child = Command::new(corecast_bin())
+        .args(["tail", &url, "-n", "3", "--count", "4"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let mut l = String::new();
+        reader.read_line(&mut l).unwrap();
+        got.push(split_frame(l.trim_end()).0.unwrap());
+    }
+    assert_eq!(got, vec![13, 14, 15]);
+    let out = corecast_run(&["pub", &url], Some(rows(16, 16).as_bytes()), T);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let mut l = String::new();
+    reader.read_line(&mut l).unwrap();
+    let (o, _, row) = split_frame(l.trim_end());
+    assert_eq!((o, row.to_string()), (Some(16), trade(16, "BTCUSD")));
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+
+    // unknown stream: 4404 with the serves list in the one error line
+    let out = corecast_run(&["sub", &server.url("nope")], None, T);
+    assert_eq!(out.code, Some(1));
+    let line = one_line(&out.stderr);
+    assert!(
+        line.contains(r#"["trades"]"#) && line.contains("4404") && line.contains("not found"),
+        "{line}"
+    );
+    let out = corecast_run(&["tail", &server.url("nope")], None, T);
+    assert_eq!(out.code, Some(1));
+
+    // refused offset: 4416 ahead, naming the numbers
+    let out = corecast_run(&["sub", &url, "--offset", "999"], None, T);
+    assert_eq!(out.code, Some(1));
+    let line = one_line(&out.stderr);
+    assert!(
+        line.contains("not replayable")
+            && line.contains("ahead")
+            && line.contains("end_offset=17")
+            && line.contains("4416"),
+        "{line}"
+    );
+
+    // a bad where: 4400
+    let out = corecast_run(&["sub", &url, "--where", r#"{"nope":1}"#], None, T);
+    assert_eq!(out.code, Some(1));
+    assert!(one_line(&out.stderr).contains("4400"), "{}", out.stderr);
+
+    // a row the schema rejects: exit 1 naming the line; a line that is not JSON: exit 4
+    let input = format!("{}{{\"event_ts\":1}}\n", rows(17, 18));
+    let out = corecast_run(&["pub", &url, "--batch", "1"], Some(input.as_bytes()), T);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    let line = one_line(&out.stderr);
+    assert!(
+        line.contains("line 3") && line.contains("rejected") && line.contains("price"),
+        "{line}"
+    );
+    let out = corecast_run(&["pub", &url], Some(b"{\"a\":\nnot json\n"), T);
+    assert_eq!(out.code, Some(4), "{}", out.stderr);
+    assert!(one_line(&out.stderr).contains("line 1"), "{}", out.stderr);
+
+    // exactly-once on a stream without it: 4412
+    let out = corecast_run(
+        &["pub", &url, "--publisher", "p1"],
+        Some(rows(1, 1).as_bytes()),
+        T,
+    );
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(one_line(&out.stderr).contains("4412"), "{}", out.stderr);
+
+    // the server goes away normally (SIGTERM → 1001): a live sub ends with 0
+    let child = Command::new(corecast_bin())
+        .args(["sub", &url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    server.stop();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn exactly_once_publish_resumes_after_the_mark() {
+    let setup = Setup::new();
+    let cfg =
+        setup.config("[[stream]]\nname = \"orders\"\nschema = \"@trade\"\nexactly_once = true\n");
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let url = server.url("orders");
+    let file = setup.tmp.path().join("orders.jsonl");
+
+    // the first 6 lines land; a rerun over 10 lines sends only lines 7..=10
+    std::fs::write(&file, rows(1, 6)).unwrap();
+    let f = file.display().to_string();
+    let out = corecast_run(
+        &[
+            "pub",
+            &url,
+            "--file",
+            &f,
+            "--publisher",
+            "loader",
+            "--batch",
+            "4",
+        ],
+        None,
+        T,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    std::fs::write(&file, rows(1, 10)).unwrap();
+    let out = corecast_run(
+        &[
+            "pub",
+            &url,
+            "--file",
+            &f,
+            "--publisher",
+            "loader",
+            "--batch",
+            "4",
+        ],
+        None,
+        T,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("resuming after it") && out.stderr.contains("published 4 rows"),
+        "{}",
+        out.stderr
+    );
+    let out = corecast_run(
+        &[
+            "sub",
+            &url,
+            "--offset",
+            "earliest",
+            "--count",
+            "10",
+            "--rows-only",
+        ],
+        None,
+        T,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let want: Vec<String> = (1..=10).map(|i| trade(i, "BTCUSD")).collect();
+    assert_eq!(out.lines(), want);
+
+    // the library: the mark, send, submit, batches, gap, takeover
+    let opts = || PublishOptions {
+        publisher: Some("loader".into()),
+        ..Default::default()
+    };
+    let mut p = blocking::publish(&url, opts()).unwrap();
+    assert_eq!(p.mark().unwrap().last_seq, 10);
+    assert_eq!(p.next_seq(), Some(11));
+    assert_eq!(p.send(&trade(11, "BTCUSD")).unwrap(), Some(11));
+    let pending = p
+        .submit_batch(&[trade(12, "BTCUSD"), trade(13, "BTCUSD")])
+        .unwrap();
+    assert_eq!(p.wait(&pending).unwrap(), vec![Some(12), Some(13)]);
+    let mut q = blocking::publish(&url, opts()).unwrap(); // takes over
+    assert_eq!(q.mark().unwrap().last_seq, 13);
+    assert_eq!(p.send(&trade(14, "BTCUSD")), Err(ClientError::Superseded));
+    assert_eq!(
+        q.send_batch(&[trade(14, "BTCUSD")]).unwrap(),
+        vec![Some(14)]
+    );
+    q.close().unwrap();
+
+    // a plain publisher's rejection keeps the connection usable
+    let mut plain = blocking::publish(&url, PublishOptions::default()).unwrap();
+    match plain.send(r#"{"event_ts":1}"#) {
+        Err(ClientError::Rejected { detail }) => assert!(detail.contains("price"), "{detail}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(plain.send(&trade(15, "BTCUSD")).unwrap(), Some(15));
+    plain.close().unwrap();
+
+    // subscribe through the library
+    let mut s = blocking::connect(
+        &url,
+        SubscribeOptions {
+            offset: Offset::At(14),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(s.greeting().end_offset, Some(16));
+    assert_eq!(s.greeting().replay, Some((14, 16)));
+    let a = s.next().unwrap().unwrap();
+    let b = s.next().unwrap().unwrap();
+    assert_eq!((a.offset, b.offset), (Some(14), Some(15)));
+    assert_eq!(b.row(), trade(15, "BTCUSD"));
+    s.close().unwrap();
+    match blocking::connect(
+        &url,
+        SubscribeOptions {
+            offset: Offset::At(99),
+            ..Default::default()
+        },
+    ) {
+        Err(e @ ClientError::NotReplayable { .. }) => assert_eq!(e.field("end_offset"), Some(16)),
+        Err(e) => panic!("{e:?}"),
+        Ok(_) => panic!("offset 99 was served"),
+    }
+    match blocking::connect(&server.url("nope"), SubscribeOptions::default()) {
+        Err(ClientError::StreamNotFound { serves }) => {
+            assert_eq!(serves, vec!["orders".to_string()])
+        }
+        Err(e) => panic!("{e:?}"),
+        Ok(_) => panic!("nope was served"),
+    }
+}

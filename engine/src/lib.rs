@@ -15,8 +15,10 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod commit;
 pub mod config;
+pub mod cursor;
 pub mod fanout;
 pub mod filter;
 pub mod registry;

@@ -1,9 +1,10 @@
-//! The `corecast` command: `serve` runs the broker.
+//! The `corecast` command: `serve` runs the broker; `pub`, `sub` and `tail` are its clients.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use corecast_engine::cli;
 use corecast_engine::config::Config;
 use corecast_engine::server::{self, ServeOptions};
 use corecast_net::rt::Driver;
@@ -13,7 +14,10 @@ use corecast_net::rt::Driver;
     name = "corecast",
     version,
     about = "A thread-per-core io_uring stream broker speaking streamcast protocol 4",
-    after_help = "Examples:\n  corecast serve                                  # embedded default: durable `trades` under ./data\n  corecast serve --config corecast.toml --cores 2\n  corecast serve --listen 127.0.0.1:0 --data /tmp/cc   # any free port; the address is printed"
+    after_help = "Examples:\n  corecast serve                                  # embedded default: durable `trades` under ./data\n  corecast serve --config corecast.toml --cores 2\n  corecast serve --listen 127.0.0.1:0 --data /tmp/cc   # any free port; the address is printed\n  corecast pub ws://127.0.0.1:8765/trades --file trades.jsonl\n  corecast sub ws://127.0.0.1:8765/trades --offset earliest --count 10\n  corecast tail ws://127.0.0.1:8765/trades -n 5\n\n\
+Exit codes (pub, sub, tail): 0 ok, 1 the server refused or closed with an error, 2 usage,\n\
+3 connection failed, 4 a local file could not be used, 5 the server broke the protocol.\n\
+`corecast <COMMAND> --help` explains each."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -40,6 +44,12 @@ enum Cmd {
         #[arg(long, hide = true)]
         echo: bool,
     },
+    /// Publish JSON lines from a file or stdin (pipelined, batched, optionally exactly-once).
+    Pub(cli::publish::PubArgs),
+    /// Subscribe: print one JSON line per row (live, from an offset, or resumed from a cursor).
+    Sub(cli::sub::SubArgs),
+    /// Print the last N rows of a stream, then follow it live.
+    Tail(cli::tail::TailArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +69,9 @@ fn main() -> ExitCode {
             cores,
             echo,
         } => serve(config, listen, data, cores, echo),
+        Cmd::Pub(args) => cli::publish::run(args),
+        Cmd::Sub(args) => cli::sub::run(args),
+        Cmd::Tail(args) => cli::tail::run(args),
     }
 }
 

@@ -6,7 +6,9 @@
 //! - [`rt`]: every line that touches the io_uring runtime (monoio) lives here.
 #![warn(missing_docs)]
 
+pub mod client;
 pub mod http;
 pub mod protocol;
 pub mod rt;
+pub mod sse;
 pub mod ws;

@@ -222,3 +222,445 @@ pub fn trade(trade_id: i64, symbol: &str) -> String {
         trade_id
     )
 }
+
+/// What a finished `corecast` client command left: its exit code and output.
+#[derive(Debug)]
+pub struct CliOut {
+    /// The exit code (`None` when killed by a signal, e.g. at the timeout).
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CliOut {
+    /// stdout's lines.
+    pub fn lines(&self) -> Vec<&str> {
+        self.stdout.lines().collect()
+    }
+}
+
+/// Runs `corecast ARGS` with `stdin` (empty when `None`), killing it after `timeout`.
+pub fn corecast_run(args: &[&str], stdin: Option<&[u8]>, timeout: Duration) -> CliOut {
+    let mut cmd = Command::new(corecast_bin());
+    cmd.args(args)
+        .env("CORECAST_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn corecast");
+    let input = stdin.map(<[u8]>::to_vec).unwrap_or_default();
+    let mut child_in = child.stdin.take().expect("stdin");
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        let _ = child_in.write_all(&input);
+    });
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let out_t = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = out.read_to_end(&mut s);
+        s
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err.read_to_end(&mut s);
+        s
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break child.wait().expect("wait");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let _ = writer.join();
+    CliOut {
+        code: status.code(),
+        stdout: String::from_utf8(out_t.join().unwrap_or_default()).expect("stdout is UTF-8"),
+        stderr: String::from_utf8_lossy(&err_t.join().unwrap_or_default()).into_owned(),
+    }
+}
+
+/// Splits a `sub` output line `[offset,ts,row]` into (offset, ts, row text).
+pub fn split_frame(line: &str) -> (Option<u64>, Option<i64>, &str) {
+    let inner = line
+        .strip_prefix('[')
+        .and_then(|l| l.strip_suffix(']'))
+        .unwrap_or_else(|| panic!("not a frame: {line}"));
+    let (o, rest) = inner.split_once(',').expect("offset");
+    let (ts, row) = rest.split_once(',').expect("ts");
+    (o.parse().ok(), ts.parse().ok(), row)
+}
+
+/// A loopback port nothing listens on (bound, then released).
+pub fn dead_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+// ---- HTTP, SSE and publishing helpers (tests/sse.rs, tests/pull.rs, tests/metrics.rs) ----
+
+/// Starts the server like [`Server::start`] but listening on `listen` (e.g. the address of a
+/// server that was just stopped, to restart it in place).
+pub fn start_server_at(config: Option<&Path>, data: &Path, listen: &str) -> Server {
+    try_start_server_at(config, data, listen).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Like [`start_server_at`]; `Err` with the server's stderr when it exits before listening.
+pub fn try_start_server_at(
+    config: Option<&Path>,
+    data: &Path,
+    listen: &str,
+) -> Result<Server, String> {
+    let mut cmd = Command::new(corecast_bin());
+    cmd.arg("serve")
+        .arg("--listen")
+        .arg(listen)
+        .arg("--data")
+        .arg(data);
+    if let Some(c) = config {
+        cmd.arg("--config").arg(c);
+    }
+    let stderr_log = data.with_extension(format!("stderr.{}.at.log", std::process::id()));
+    if let Some(parent) = stderr_log.parent() {
+        std::fs::create_dir_all(parent).ok();
+    }
+    let errf = std::fs::File::create(&stderr_log).expect("stderr log");
+    cmd.stdout(Stdio::piped()).stderr(errf);
+    let mut child = cmd.spawn().expect("spawn corecast");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = lines.read_line(&mut line).expect("read stdout");
+        if n == 0 {
+            let _ = child.wait();
+            return Err(format!(
+                "corecast exited before listening: {}",
+                std::fs::read_to_string(&stderr_log).unwrap_or_default()
+            ));
+        }
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            let addr: SocketAddr = rest
+                .split_whitespace()
+                .next()
+                .expect("addr")
+                .parse()
+                .expect("addr parses");
+            std::thread::spawn(move || {
+                let mut sink = Vec::new();
+                let _ = lines.read_to_end(&mut sink);
+            });
+            return Ok(Server {
+                child,
+                addr,
+                data: data.to_path_buf(),
+                config: config.map(Path::to_path_buf),
+                stderr_log,
+                _tmp: None,
+            });
+        }
+    }
+}
+
+/// A TCP connection to `addr` from the local address `local` (e.g. 127.0.0.2) when given.
+pub fn tcp_from(addr: SocketAddr, local: Option<std::net::IpAddr>) -> TcpStream {
+    let s = match local {
+        None => TcpStream::connect(addr).expect("connect"),
+        Some(ip) => {
+            let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                .expect("socket");
+            sock.bind(&SocketAddr::new(ip, 0).into())
+                .expect("bind the local address");
+            sock.connect(&addr.into()).expect("connect");
+            sock.into()
+        }
+    };
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    s.set_nodelay(true).ok();
+    s
+}
+
+/// A plain HTTP response, read to the end of the connection.
+#[derive(Debug)]
+pub struct HttpResp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpResp {
+    /// First header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> sonic_rs::Value {
+        sonic_rs::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+}
+
+fn read_head(s: &mut TcpStream, buf: &mut Vec<u8>) -> (u16, Vec<(String, String)>) {
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            buf.drain(..end + 4);
+            let mut lines = head.split("\r\n");
+            let status_line = lines.next().unwrap_or_default();
+            let status: u16 = status_line
+                .split(' ')
+                .nth(1)
+                .and_then(|c| c.parse().ok())
+                .expect("status");
+            let headers = lines
+                .filter_map(|l| {
+                    l.split_once(':')
+                        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+                })
+                .collect();
+            return (status, headers);
+        }
+        let n = s.read(&mut chunk).expect("read response head");
+        assert!(
+            n > 0,
+            "connection closed before a response head: {:?}",
+            String::from_utf8_lossy(buf)
+        );
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn write_request(
+    s: &mut TcpStream,
+    addr: SocketAddr,
+    path_and_query: &str,
+    headers: &[(&str, &str)],
+) {
+    use std::io::Write;
+    let mut req = format!("GET {path_and_query} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).expect("send request");
+}
+
+/// `GET path_and_query` with extra headers, from `local` when given; reads to EOF.
+pub fn http_get_from(
+    addr: SocketAddr,
+    local: Option<std::net::IpAddr>,
+    path_and_query: &str,
+    headers: &[(&str, &str)],
+) -> HttpResp {
+    let mut s = tcp_from(addr, local);
+    s.set_read_timeout(Some(Duration::from_secs(90))).ok();
+    write_request(&mut s, addr, path_and_query, headers);
+    let mut buf = Vec::new();
+    let (status, headers) = read_head(&mut s, &mut buf);
+    let _ = s.read_to_end(&mut buf);
+    HttpResp {
+        status,
+        headers,
+        body: buf,
+    }
+}
+
+/// `GET path_and_query` from 127.0.0.1.
+pub fn http_get(addr: SocketAddr, path_and_query: &str) -> HttpResp {
+    http_get_from(addr, None, path_and_query, &[])
+}
+
+/// One SSE item as a client's parser sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SseItem {
+    /// A dispatched event (`event` is `message` unless named).
+    Event {
+        id: Option<String>,
+        event: String,
+        data: String,
+    },
+    /// A `retry:` field.
+    Retry(u64),
+    /// A comment line (without the leading colon).
+    Comment(String),
+}
+
+/// An open SSE response, parsed incrementally (WHATWG event-stream rules).
+pub struct SseStream {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    sock: TcpStream,
+    buf: Vec<u8>,
+    pending: std::collections::VecDeque<SseItem>,
+    id: Option<String>,
+    event: Option<String>,
+    data: Option<String>,
+    pub closed: bool,
+}
+
+impl SseStream {
+    /// Opens `path_and_query` with `headers` (add `Accept: text/event-stream` when the path is a
+    /// bare stream) from `local` when given.
+    pub fn open(
+        addr: SocketAddr,
+        local: Option<std::net::IpAddr>,
+        path_and_query: &str,
+        headers: &[(&str, &str)],
+    ) -> SseStream {
+        let mut sock = tcp_from(addr, local);
+        write_request(&mut sock, addr, path_and_query, headers);
+        let mut buf = Vec::new();
+        let (status, headers) = read_head(&mut sock, &mut buf);
+        SseStream {
+            status,
+            headers,
+            sock,
+            buf,
+            pending: Default::default(),
+            id: None,
+            event: None,
+            data: None,
+            closed: false,
+        }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn parse_lines(&mut self) {
+        while let Some(nl) = self.buf.iter().position(|&b| b == b'\n') {
+            let mut line: Vec<u8> = self.buf.drain(..=nl).collect();
+            line.pop();
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            let line = String::from_utf8(line).expect("SSE is UTF-8");
+            if line.is_empty() {
+                if let Some(data) = self.data.take() {
+                    self.pending.push_back(SseItem::Event {
+                        id: self.id.clone(),
+                        event: self.event.take().unwrap_or_else(|| "message".into()),
+                        data,
+                    });
+                }
+                self.event = None;
+                continue;
+            }
+            if let Some(c) = line.strip_prefix(':') {
+                self.pending
+                    .push_back(SseItem::Comment(c.trim_start().to_string()));
+                continue;
+            }
+            let (field, value) = match line.split_once(':') {
+                Some((f, v)) => (f.to_string(), v.strip_prefix(' ').unwrap_or(v).to_string()),
+                None => (line.clone(), String::new()),
+            };
+            match field.as_str() {
+                "id" => self.id = Some(value),
+                "event" => self.event = Some(value),
+                "data" => match &mut self.data {
+                    Some(d) => {
+                        d.push('\n');
+                        d.push_str(&value);
+                    }
+                    None => self.data = Some(value),
+                },
+                "retry" => {
+                    if let Ok(ms) = value.parse() {
+                        self.pending.push_back(SseItem::Retry(ms));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The next item, waiting at most `timeout`; `None` on timeout or once the server closed.
+    pub fn next(&mut self, timeout: Duration) -> Option<SseItem> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.parse_lines();
+            if let Some(i) = self.pending.pop_front() {
+                return Some(i);
+            }
+            if self.closed {
+                return None;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            self.sock
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .ok();
+            let mut chunk = [0u8; 65536];
+            match self.sock.read(&mut chunk) {
+                Ok(0) => self.closed = true,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return None
+                }
+                Err(_) => self.closed = true,
+            }
+        }
+    }
+
+    /// The next data event (skipping retry and comments), as `(id, event, data)`.
+    pub fn next_event(&mut self, timeout: Duration) -> Option<(Option<String>, String, String)> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.next(left)? {
+                SseItem::Event { id, event, data } => return Some((id, event, data)),
+                _ => continue,
+            }
+        }
+    }
+}
+
+/// Publishes `rows` (JSON objects) to `stream` as one batch frame; returns their offsets.
+pub fn publish_batch(server: &Server, stream: &str, rows: &[String]) -> Vec<Option<u64>> {
+    let mut ws = ws_connect(&server.url(&format!("{stream}?publish")));
+    let _greeting = recv_text(&mut ws);
+    let offsets = publish_on(&mut ws, rows);
+    let _ = ws.close(None);
+    offsets
+}
+
+/// Publishes `rows` as one batch frame on an open publisher connection.
+pub fn publish_on(ws: &mut Ws, rows: &[String]) -> Vec<Option<u64>> {
+    let frame = format!("[{}]", rows.join(","));
+    ws.send(tungstenite::Message::text(frame))
+        .expect("send publish frame");
+    let reply = recv_text(ws);
+    let v: sonic_rs::Value = sonic_rs::from_str(&reply).expect("reply is JSON");
+    use sonic_rs::{JsonContainerTrait, JsonValueTrait};
+    let ok = v
+        .get("ok")
+        .and_then(|o| o.as_array())
+        .unwrap_or_else(|| panic!("publish refused: {reply}"));
+    ok.iter().map(|x| x.as_u64()).collect()
+}

@@ -1,0 +1,159 @@
+//! The client subcommands of the `corecast` binary: `pub`, `sub` and `tail`, built on
+//! [`corecast_net::client`].
+//!
+//! Every failure is one line on stderr naming the cause, and the exit status says which kind
+//! ([`EXIT_CODES_HELP`]).
+
+pub mod publish;
+pub mod sub;
+pub mod tail;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use corecast_net::client::{ClientError, Row};
+
+/// Success (including the server ending the stream normally with 1000/1001).
+pub const EXIT_OK: u8 = 0;
+/// The server refused the request or closed with an error (4400, 4404, 4416, 4429, a rejected row…).
+pub const EXIT_REFUSED: u8 = 1;
+/// Usage: bad arguments or URL.
+pub const EXIT_USAGE: u8 = 2;
+/// The connection failed or was lost (TCP, the HTTP upgrade, no close frame).
+pub const EXIT_CONNECTION: u8 = 3;
+/// A local file could not be used (the input of `pub`, a cursor file, stdout).
+pub const EXIT_LOCAL: u8 = 4;
+/// The server broke the protocol.
+pub const EXIT_PROTOCOL: u8 = 5;
+
+/// The exit-code table shown in every subcommand's `--help` (a literal, for `concat!`).
+#[macro_export]
+macro_rules! exit_codes_help {
+    () => {
+        "Exit codes:
+  0  ok (the server ending the stream normally, 1000/1001, is ok too)
+  1  the server refused the request or closed with an error (unknown stream 4404,
+     offset not replayable 4416, bad request 4400, too slow 4429, a rejected row, ...)
+  2  usage: bad arguments, or a URL that is not ws://HOST:PORT/STREAM
+  3  connection failed or lost (TCP, an HTTP refusal of the upgrade, no close frame)
+  4  a local file could not be read or written (pub's input, the cursor file, stdout)
+  5  the server broke the protocol"
+    };
+}
+
+/// The exit-code table as a constant.
+pub const EXIT_CODES_HELP: &str = exit_codes_help!();
+
+/// The exit status for a client error.
+pub fn exit_code(e: &ClientError) -> u8 {
+    match e {
+        ClientError::BadUrl(_) | ClientError::Usage(_) => EXIT_USAGE,
+        ClientError::Connect { .. }
+        | ClientError::HttpRefused { .. }
+        | ClientError::ConnectionLost(_) => EXIT_CONNECTION,
+        ClientError::Cursor { .. } => EXIT_LOCAL,
+        ClientError::Protocol(_) => EXIT_PROTOCOL,
+        _ => EXIT_REFUSED,
+    }
+}
+
+/// One line describing `e`, with the close code when there was one.
+pub fn describe(e: &ClientError) -> String {
+    let base = match e {
+        ClientError::StreamNotFound { serves } if !serves.is_empty() => {
+            let list: Vec<String> = serves.iter().map(|s| format!("{s:?}")).collect();
+            format!("stream not found; the server serves [{}]", list.join(","))
+        }
+        other => other.to_string(),
+    };
+    let base = base.replace(['\r', '\n'], " ");
+    match e.close_code() {
+        Some(code) if code >= 4000 => format!("{base} (close {code} {})", e.kind()),
+        _ => base,
+    }
+}
+
+/// Prints `corecast CMD: <line>` and returns the matching exit status.
+pub fn fail(cmd: &str, e: &ClientError) -> ExitCode {
+    eprintln!("corecast {cmd}: {}", describe(e));
+    ExitCode::from(exit_code(e))
+}
+
+/// Prints a usage error and returns [`EXIT_USAGE`].
+pub fn usage(cmd: &str, msg: &str) -> ExitCode {
+    eprintln!("corecast {cmd}: {msg}");
+    ExitCode::from(EXIT_USAGE)
+}
+
+/// Writes one row as a line: the frame as received, or the row alone.
+pub fn write_row(out: &mut impl Write, row: &Row, rows_only: bool) -> std::io::Result<()> {
+    let text = if rows_only { row.row() } else { row.frame() };
+    out.write_all(text.as_bytes())?;
+    out.write_all(b"\n")
+}
+
+/// What a print loop ended with.
+pub enum PrintEnd {
+    /// The count was reached or the server ended the stream normally.
+    Done,
+    /// The server or the connection failed.
+    Client(ClientError),
+    /// Writing stdout failed (the consumer failed).
+    Stdout(std::io::Error),
+}
+
+/// Prints rows from `sub` until `count` rows, the end, or an error; saves the cursor unless
+/// stdout failed. Returns the exit status.
+pub fn print_rows(
+    cmd: &str,
+    mut sub: corecast_net::client::blocking::Subscription,
+    count: Option<u64>,
+    rows_only: bool,
+) -> ExitCode {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout.lock());
+    let mut printed = 0u64;
+    let end = loop {
+        if count.is_some_and(|c| printed >= c) {
+            break PrintEnd::Done;
+        }
+        match sub.next() {
+            Ok(None) => break PrintEnd::Done,
+            Err(e) => break PrintEnd::Client(e),
+            Ok(Some(row)) => {
+                if let Err(e) = write_row(&mut out, &row, rows_only) {
+                    break PrintEnd::Stdout(e);
+                }
+                printed += 1;
+                let last = count.is_some_and(|c| printed >= c);
+                if (last || !sub.has_buffered()) && out.flush().is_err() {
+                    break PrintEnd::Stdout(std::io::Error::other("stdout closed"));
+                }
+            }
+        }
+    };
+    let flushed = out.flush();
+    match end {
+        PrintEnd::Stdout(e) => {
+            sub.abandon();
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                return ExitCode::from(EXIT_OK);
+            }
+            eprintln!("corecast {cmd}: cannot write to stdout: {e}");
+            ExitCode::from(EXIT_LOCAL)
+        }
+        _ if flushed.is_err() => {
+            sub.abandon();
+            ExitCode::from(EXIT_OK)
+        }
+        PrintEnd::Done => match sub.close() {
+            Ok(()) => ExitCode::from(EXIT_OK),
+            Err(e) => fail(cmd, &e),
+        },
+        PrintEnd::Client(e) => {
+            // every row printed was consumed: keep the cursor, then report the server's error
+            let _ = sub.close();
+            fail(cmd, &e)
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! `corecast pub URL [--file F.jsonl | -] [--batch N] [--rate R] [--publisher ID]`.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use corecast_net::client::{blocking, ClientError, Pending, PublishOptions};
+
+/// Arguments of `corecast pub`.
+#[derive(Args, Debug)]
+#[command(after_help = concat!(
+    "Publishes JSON lines, one row object per line (blank lines are skipped), pipelined: up to\n",
+    "--window frames of --batch rows each are in flight at once. Each line must be a JSON object\n",
+    "the stream's schema accepts; the server encodes it canonically. Stops at the first refused\n",
+    "frame and names its lines. With --publisher the publish is exactly-once: line k carries seq k,\n",
+    "and a rerun skips the lines the server already holds (the greeting's mark), so rerunning an\n",
+    "interrupted publish never duplicates or loses a row.\n\n",
+    "Examples:\n",
+    "  corecast pub ws://127.0.0.1:8765/trades --file trades.jsonl\n",
+    "  cat trades.jsonl | corecast pub ws://127.0.0.1:8765/trades --batch 500\n",
+    "  corecast pub ws://127.0.0.1:8765/trades --file trades.jsonl --rate 1000   # 1000 rows/s\n",
+    "  corecast pub ws://127.0.0.1:8765/orders --file orders.jsonl --publisher loader-1\n\n",
+    crate::exit_codes_help!()
+))]
+pub struct PubArgs {
+    /// ws://HOST:PORT/STREAM
+    pub url: String,
+    /// The JSON-lines file to publish; `-` (the default) reads stdin.
+    #[arg(long, short = 'f', value_name = "F.jsonl")]
+    pub file: Option<PathBuf>,
+    /// Rows per frame (one transaction each). 1 sends plain row frames.
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub batch: u64,
+    /// Limit the rate to R rows per second.
+    #[arg(long, value_name = "R")]
+    pub rate: Option<f64>,
+    /// Publish exactly-once as publisher ID (the stream must have exactly_once on).
+    #[arg(long, value_name = "ID")]
+    pub publisher: Option<String>,
+    /// Frames in flight at once.
+    #[arg(long, value_name = "W", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub window: u64,
+    /// No progress line and no summary on stderr.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+struct InFlight {
+    pending: Pending,
+    first_line: u64,
+    last_line: u64,
+}
+
+struct Progress {
+    enabled: bool,
+    start: Instant,
+    last_draw: Instant,
+    total_bytes: Option<u64>,
+}
+
+impl Progress {
+    fn draw(&mut self, rows: u64, bytes: u64, force: bool) {
+        if !self.enabled || (!force && self.last_draw.elapsed() < Duration::from_millis(200)) {
+            return;
+        }
+        self.last_draw = Instant::now();
+        let secs = self.start.elapsed().as_secs_f64().max(1e-6);
+        let pct = match self.total_bytes {
+            Some(t) if t > 0 => {
+                let p = (bytes as f64 / t as f64).min(1.0);
+                let filled = (p * 30.0) as usize;
+                format!(
+                    "[{}{}] {:5.1}%  ",
+                    "#".repeat(filled),
+                    "-".repeat(30 - filled),
+                    p * 100.0
+                )
+            }
+            _ => String::new(),
+        };
+        let mut err = std::io::stderr().lock();
+        let _ = write!(
+            err,
+            "\r{pct}{rows} rows  {:.0} rows/s   ",
+            rows as f64 / secs
+        );
+        let _ = err.flush();
+    }
+
+    fn finish(&mut self, rows: u64, bytes: u64) {
+        if self.enabled {
+            self.draw(rows, bytes, true);
+            eprintln!();
+        }
+    }
+}
+
+fn line_range(a: u64, b: u64) -> String {
+    if a == b {
+        format!("line {a}")
+    } else {
+        format!("lines {a}-{b}")
+    }
+}
+
+/// Runs `corecast pub`.
+pub fn run(args: PubArgs) -> ExitCode {
+    if let Err(e) = corecast_net::client::Target::parse(&args.url) {
+        return super::fail("pub", &e);
+    }
+    if let Some(r) = args.rate {
+        if !(r.is_finite() && r > 0.0) {
+            return super::usage(
+                "pub",
+                &format!("--rate {r} must be a positive number of rows per second"),
+            );
+        }
+    }
+    let from_stdin = args.file.as_ref().is_none_or(|f| f.as_os_str() == "-");
+    let (input, total_bytes): (Box<dyn BufRead>, Option<u64>) = if from_stdin {
+        (Box::new(std::io::BufReader::new(std::io::stdin())), None)
+    } else {
+        let path = args.file.as_ref().expect("file");
+        match std::fs::File::open(path) {
+            Ok(f) => {
+                let len = f.metadata().ok().map(|m| m.len());
+                (Box::new(std::io::BufReader::with_capacity(1 << 20, f)), len)
+            }
+            Err(e) => {
+                eprintln!("corecast pub: cannot read {}: {e}", path.display());
+                return ExitCode::from(super::EXIT_LOCAL);
+            }
+        }
+    };
+    let opts = PublishOptions {
+        publisher: args.publisher.clone(),
+        window: args.window as usize,
+    };
+    let mut publisher = match blocking::publish(&args.url, opts) {
+        Ok(p) => p,
+        Err(e) => return super::fail("pub", &e),
+    };
+    let skip = publisher.mark().map(|m| m.last_seq).unwrap_or(0);
+    if skip > 0 && !args.quiet {
+        eprintln!(
+            "corecast pub: publisher {:?} already landed seq {skip}; resuming after it",
+            args.publisher.as_deref().unwrap_or("")
+        );
+    }
+    let mut progress = Progress {
+        enabled: !args.quiet && !from_stdin && std::io::stderr().is_terminal(),
+        start: Instant::now(),
+        last_draw: Instant::now(),
+        total_bytes,
+    };
+    let batch_max = args.batch as usize;
+    let mut batch: Vec<String> = Vec::with_capacity(batch_max);
+    let mut batch_first_line = 0u64;
+    let mut in_flight: VecDeque<InFlight> = VecDeque::new();
+    let mut rows_seen = 0u64; // non-blank lines read (= seq of the last one)
+    let mut rows_sent = 0u64;
+    let mut rows_acked = 0u64;
+    let mut bytes_read = 0u64;
+    let mut first_offset: Option<u64> = None;
+    let mut last_offset: Option<u64> = None;
+    let mut failure: Option<(String, u8)> = None;
+    let start = Instant::now();
+
+    // Settles every answered frame at the front; records the first refusal.
+    let settle = |in_flight: &mut VecDeque<InFlight>,
+                  failure: &mut Option<(String, u8)>,
+                  rows_acked: &mut u64,
+                  first_offset: &mut Option<u64>,
+                  last_offset: &mut Option<u64>| {
+        while in_flight.front().is_some_and(|f| f.pending.is_done()) {
+            let f = in_flight.pop_front().expect("front");
+            match f.pending.result().expect("done") {
+                Ok(offsets) => {
+                    *rows_acked += offsets.len() as u64;
+                    if let Some(Some(o)) = offsets.first() {
+                        first_offset.get_or_insert(*o);
+                    }
+                    if let Some(Some(o)) = offsets.last() {
+                        *last_offset = Some(*o);
+                    }
+                }
+                Err(e) => {
+                    if failure.is_none() {
+                        let what = line_range(f.first_line, f.last_line);
+                        *failure = Some((
+                            format!("{what}: {}", super::describe(&e)),
+                            super::exit_code(&e),
+                        ));
+                    }
+                }
+            }
+        }
+    };
+
+    let submit = |publisher: &mut blocking::Publisher,
+                  batch: &mut Vec<String>,
+                  first_line: u64,
+                  last_line: u64,
+                  in_flight: &mut VecDeque<InFlight>|
+     -> Result<(), ClientError> {
+        let pending = if batch.len() == 1 && batch_max == 1 {
+            publisher.submit(&batch[0])?
+        } else {
+            publisher.submit_batch(batch)?
+        };
+        in_flight.push_back(InFlight {
+            pending,
+            first_line,
+            last_line,
+        });
+        batch.clear();
+        Ok(())
+    };
+
+    let mut lines = input.lines();
+    let mut line_no = 0u64;
+    let mut last_line_in_batch = 0u64;
+    loop {
+        if failure.is_some() {
+            break;
+        }
+        let line = match lines.next() {
+            None => break,
+            Some(Ok(l)) => l,
+            Some(Err(e)) => {
+                failure = Some((
+                    format!("cannot read input at line {}: {e}", line_no + 1),
+                    super::EXIT_LOCAL,
+                ));
+                break;
+            }
+        };
+        line_no += 1;
+        bytes_read += line.len() as u64 + 1;
+        let trimmed = line.trim();
+        if trimmed.is_empty() {
+            continue;
+        }
+        rows_seen += 1;
+        if rows_seen <= skip {
+            continue;
+        }
+        match corecast_storage::json::parse(trimmed.as_bytes()) {
+            Ok(v) if sonic_rs::JsonValueTrait::is_object(&v) => {}
+            Ok(_) => {
+                failure = Some((
+                    format!("line {line_no}: not a JSON object"),
+                    super::EXIT_LOCAL,
+                ));
+                break;
+            }
+            Err(e) => {
+                failure = Some((format!("line {line_no}: not JSON: {e}"), super::EXIT_LOCAL));
+                break;
+            }
+        }
+        if batch.is_empty() {
+            batch_first_line = line_no;
+        }
+        last_line_in_batch = line_no;
+        let len = trimmed.len();
+        let mut owned = line;
+        owned.truncate(owned.trim_end().len());
+        let lead = owned.len() - owned.trim_start().len();
+        owned.drain(..lead);
+        debug_assert_eq!(owned.len(), len);
+        batch.push(owned);
+        if batch.len() >= batch_max {
+            let n = batch.len() as u64;
+            if let Err(e) = submit(
+                &mut publisher,
+                &mut batch,
+                batch_first_line,
+                last_line_in_batch,
+                &mut in_flight,
+            ) {
+                settle(
+                    &mut in_flight,
+                    &mut failure,
+                    &mut rows_acked,
+                    &mut first_offset,
+                    &mut last_offset,
+                );
+                if failure.is_none() {
+                    failure = Some((super::describe(&e), super::exit_code(&e)));
+                }
+                break;
+            }
+            rows_sent += n;
+            settle(
+                &mut in_flight,
+                &mut failure,
+                &mut rows_acked,
+                &mut first_offset,
+                &mut last_offset,
+            );
+            progress.draw(rows_sent, bytes_read, false);
+            if let Some(rate) = args.rate {
+                let due = Duration::from_secs_f64(rows_sent as f64 / rate);
+                let elapsed = start.elapsed();
+                if due > elapsed {
+                    std::thread::sleep(due - elapsed);
+                }
+            }
+        }
+    }
+    if failure.is_none() && !batch.is_empty() {
+        match submit(
+            &mut publisher,
+            &mut batch,
+            batch_first_line,
+            last_line_in_batch,
+            &mut in_flight,
+        ) {
+            Ok(()) => {}
+            Err(e) => failure = Some((super::describe(&e), super::exit_code(&e))),
+        }
+    }
+    let flushed = publisher.flush();
+    settle(
+        &mut in_flight,
+        &mut failure,
+        &mut rows_acked,
+        &mut first_offset,
+        &mut last_offset,
+    );
+    if let (Err(e), None) = (&flushed, &failure) {
+        failure = Some((super::describe(e), super::exit_code(e)));
+    }
+    progress.finish(rows_acked, bytes_read);
+    let _ = publisher.close();
+    let secs = start.elapsed().as_secs_f64();
+    if let Some((msg, code)) = failure {
+        eprintln!("corecast pub: {msg} ({rows_acked} rows acknowledged before it)");
+        return ExitCode::from(code);
+    }
+    if !args.quiet {
+        let offsets = match (first_offset, last_offset) {
+            (Some(a), Some(b)) => format!(", offsets {a}..={b}"),
+            _ => String::new(),
+        };
+        eprintln!(
+            "corecast pub: published {rows_acked} rows to {}{offsets} in {secs:.2}s ({:.0} rows/s)",
+            args.url,
+            rows_acked as f64 / secs.max(1e-6)
+        );
+    }
+    ExitCode::from(super::EXIT_OK)
+}
