@@ -1,2 +1,484 @@
-//! (to be written)
+//! Server-Sent Events: `GET /NAME/events` and `GET /NAME` with `Accept: text/event-stream`.
+//! A real SSE parser (tests/support) reads the events; resume with Last-Event-ID, pings, the
+//! goodbye, malformed ids (always a 200 stream), where=, caps, curl, and a headless Chromium
+//! whose EventSource survives a server restart (tests/browser/).
 mod support;
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const CONFIG: &str = r#"
+[sse]
+ping_min_ms = 300
+ping_max_ms = 500
+max_age_s = 4
+retry_ms = 200
+max_per_client = 3
+[[stream]]
+name = "t"
+schema = "@trade"
+[[stream]]
+name = "s"
+max_backlog = 64
+"#;
+
+fn start(setup: &Setup) -> Server {
+    let cfg = setup.config(CONFIG);
+    Server::start(Some(&cfg), &setup.data(), &[])
+}
+
+fn rows(from: i64, n: i64, symbol: &str) -> Vec<String> {
+    (from..from + n).map(|i| trade(i, symbol)).collect()
+}
+
+fn expect_event(s: &mut SseStream) -> (u64, String) {
+    let (id, event, data) = s.next_event(Duration::from_secs(10)).expect("an event");
+    assert_eq!(event, "message");
+    (id.expect("id").parse().expect("numeric id"), data)
+}
+
+#[test]
+fn events_carry_the_websocket_payload_and_resume_with_last_event_id() {
+    let setup = Setup::new();
+    let server = start(&setup);
+    publish_batch(&server, "t", &rows(1, 5, "A"));
+    let mut s = SseStream::open(server.addr, None, "/t/events?offset=0", &[]);
+    assert_eq!(s.status, 200);
+    assert_eq!(s.header("content-type"), Some("text/event-stream"));
+    assert_eq!(s.header("cache-control"), Some("no-cache"));
+    assert_eq!(s.header("x-accel-buffering"), Some("no"));
+    assert_eq!(s.header("access-control-allow-origin"), Some("*"));
+    assert_eq!(
+        s.next(Duration::from_secs(5)),
+        Some(SseItem::Retry(200)),
+        "retry: comes first"
+    );
+    // the same bytes as the WebSocket payload
+    let mut ws = ws_connect(&server.url("t?offset=1"));
+    let _greeting = recv_text(&mut ws);
+    for want in 1..=5u64 {
+        let (id, data) = expect_event(&mut s);
+        assert_eq!(id, want);
+        assert_eq!(data, recv_text(&mut ws));
+        assert!(data.starts_with(&format!("[{want},")), "{data}");
+    }
+    // live
+    publish_batch(&server, "t", &rows(6, 2, "A"));
+    assert_eq!(expect_event(&mut s).0, 6);
+    assert_eq!(expect_event(&mut s).0, 7);
+    drop(s);
+    // resume after 5 with the header
+    let mut r = SseStream::open(server.addr, None, "/t/events", &[("Last-Event-ID", "5")]);
+    assert_eq!(r.status, 200);
+    assert_eq!(expect_event(&mut r).0, 6);
+    assert_eq!(expect_event(&mut r).0, 7);
+    // the Accept form; Last-Event-ID wins over offset=
+    let mut a = SseStream::open(
+        server.addr,
+        None,
+        "/t?offset=1",
+        &[("Accept", "text/event-stream"), ("Last-Event-ID", "6")],
+    );
+    assert_eq!(a.status, 200);
+    assert_eq!(expect_event(&mut a).0, 7);
+    // offset= is inclusive
+    let mut o = SseStream::open(server.addr, None, "/t/events?offset=3", &[]);
+    assert_eq!(expect_event(&mut o).0, 3);
+    // unknown stream: a JSON 404 (not an endless retry loop on a typo)
+    let nf = http_get(server.addr, "/nope/events");
+    assert_eq!(nf.status, 404);
+}
+
+#[test]
+fn idle_streams_get_pings_and_a_goodbye_at_max_age() {
+    let setup = Setup::new();
+    let server = start(&setup);
+    let t0 = Instant::now();
+    let mut s = SseStream::open(server.addr, None, "/t/events", &[]);
+    assert_eq!(s.status, 200);
+    let mut pings = 0;
+    let mut bye = None;
+    while let Some(item) = s.next(Duration::from_secs(10)) {
+        match item {
+            SseItem::Comment(c) if c == "ping" => pings += 1,
+            SseItem::Event { event, data, .. } if event == "end" => bye = Some(data),
+            _ => {}
+        }
+    }
+    let age = t0.elapsed();
+    assert!(s.closed, "the server closes after the goodbye");
+    assert_eq!(bye.as_deref(), Some(r#"{"reason":"max_age"}"#));
+    assert!(
+        age >= Duration::from_secs(4) && age < Duration::from_secs(8),
+        "{age:?}"
+    );
+    // 4 s of idle at 300–500 ms per ping
+    assert!((6..=14).contains(&pings), "pings: {pings}");
+}
+
+#[test]
+fn malformed_last_event_ids_stream_from_now_with_200() {
+    let setup = Setup::new();
+    let server = start(&setup);
+    publish_batch(&server, "t", &rows(1, 3, "A"));
+    let bad_headers = [
+        "²",
+        "-1",
+        "1e3",
+        "trades:5",
+        "5-0",
+        "0x10",
+        "99999999999999999999",
+        "9223372036854775808",
+    ];
+    let mut next_id = 4;
+    for bad in bad_headers {
+        let mut s = SseStream::open(
+            server.addr,
+            None,
+            "/t/events?offset=0",
+            &[("Last-Event-ID", bad)],
+        );
+        assert_eq!(s.status, 200, "Last-Event-ID {bad:?}");
+        assert_eq!(s.next(Duration::from_secs(5)), Some(SseItem::Retry(200)));
+        publish_batch(&server, "t", &rows(next_id, 1, "A"));
+        assert_eq!(
+            expect_event(&mut s).0,
+            next_id as u64,
+            "{bad:?} starts from now"
+        );
+        next_id += 1;
+    }
+    // a line break can only arrive through the query form polyfills use
+    for q in ["lastEventId=5%0A6", "lastEventId=%0D", "lastEventId=%C2%B2"] {
+        let mut s = SseStream::open(server.addr, None, &format!("/t/events?offset=0&{q}"), &[]);
+        assert_eq!(s.status, 200, "{q}");
+        publish_batch(&server, "t", &rows(next_id, 1, "A"));
+        assert_eq!(
+            expect_event(&mut s).0,
+            next_id as u64,
+            "{q} starts from now"
+        );
+        next_id += 1;
+    }
+    // a valid id in the query form resumes
+    let mut s = SseStream::open(server.addr, None, "/t/events?lastEventId=2", &[]);
+    assert_eq!(expect_event(&mut s).0, 3);
+    // the warning is logged, at most once a minute
+    std::thread::sleep(Duration::from_millis(200));
+    let warned = server.stderr().matches("malformed Last-Event-ID").count();
+    assert_eq!(warned, 1, "{}", server.stderr());
+}
+
+#[test]
+fn where_filters_events() {
+    let setup = Setup::new();
+    let server = start(&setup);
+    let mut batch = rows(1, 4, "A");
+    batch.extend(rows(5, 4, "B"));
+    publish_batch(&server, "t", &batch);
+    let mut s = SseStream::open(
+        server.addr,
+        None,
+        "/t/events?offset=0&where=%7B%22symbol%22%3A%22B%22%7D",
+        &[],
+    );
+    assert_eq!(s.status, 200);
+    for want in 5..=8 {
+        let (id, data) = expect_event(&mut s);
+        assert_eq!(id, want);
+        assert!(data.contains("\"symbol\":\"B\""));
+    }
+    let bad = http_get_from(
+        server.addr,
+        None,
+        "/t/events?where=%7B%22nope%22%3A1%7D",
+        &[],
+    );
+    assert_eq!(bad.status, 400);
+}
+
+#[test]
+fn caps_answer_503_with_retry_after() {
+    let setup = Setup::new();
+    let server = start(&setup);
+    let open: Vec<SseStream> = (0..3)
+        .map(|_| SseStream::open(server.addr, None, "/t/events", &[]))
+        .collect();
+    assert!(open.iter().all(|s| s.status == 200));
+    let refused = http_get(server.addr, "/t/events");
+    assert_eq!(refused.status, 503);
+    assert_eq!(refused.header("retry-after"), Some("30"));
+    assert!(refused.text().contains("\"error\""));
+    // another client address has its own allowance
+    let other: IpAddr = "127.0.0.2".parse().unwrap();
+    let s = SseStream::open(server.addr, Some(other), "/t/events", &[]);
+    assert_eq!(s.status, 200);
+    drop(open);
+    std::thread::sleep(Duration::from_millis(300));
+    let again = SseStream::open(server.addr, None, "/t/events", &[]);
+    assert_eq!(again.status, 200, "slots are released when streams close");
+}
+
+#[test]
+fn shutdown_says_goodbye() {
+    let setup = Setup::new();
+    let server = start(&setup);
+    let mut s = SseStream::open(server.addr, None, "/t/events", &[]);
+    assert_eq!(s.next(Duration::from_secs(5)), Some(SseItem::Retry(200)));
+    assert_eq!(server.stop(), Some(0));
+    let mut bye = None;
+    while let Some(item) = s.next(Duration::from_secs(10)) {
+        if let SseItem::Event { event, data, .. } = item {
+            if event == "end" {
+                bye = Some(data);
+            }
+        }
+    }
+    assert_eq!(bye.as_deref(), Some(r#"{"reason":"shutdown"}"#));
+}
+
+#[test]
+fn slow_readers_are_dropped_with_reason_behind() {
+    let setup = Setup::new();
+    let server = start(&setup);
+    // a reader that does not read while ~12 MB are published (stream s: max_backlog 64)
+    let mut s = SseStream::open(server.addr, None, "/s/events", &[]);
+    assert_eq!(s.status, 200);
+    let pad = "x".repeat(1500);
+    let mut ws = ws_connect(&server.url("s?publish"));
+    let _ = recv_text(&mut ws);
+    for b in 0..40 {
+        let batch: Vec<String> = (0..200)
+            .map(|i| format!(r#"{{"i":{},"pad":"{pad}"}}"#, b * 200 + i))
+            .collect();
+        publish_on(&mut ws, &batch);
+    }
+    let mut bye = None;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Some(item) = s.next(Duration::from_secs(20)) {
+        if let SseItem::Event { event, data, .. } = item {
+            if event == "end" {
+                bye = Some(data);
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline);
+    }
+    assert_eq!(bye.as_deref(), Some(r#"{"reason":"behind"}"#));
+    let m = http_get(server.addr, "/metrics").text();
+    assert!(
+        m.contains("corecast_dropped_slow_total{stream=\"s\",transport=\"sse\"} 1"),
+        "{m}"
+    );
+}
+
+#[test]
+fn curl_receives_events() {
+    let setup = Setup::new();
+    let server = start(&setup);
+    publish_batch(&server, "t", &rows(1, 3, "A"));
+    let out = std::process::Command::new("curl")
+        .args(["-N", "-s", "--max-time", "2"])
+        .arg(format!("http://{}/t/events?offset=0", server.addr))
+        .output()
+        .expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("retry: 200\n\n"), "{text}");
+    for i in 1..=3 {
+        assert!(text.contains(&format!("id: {i}\ndata: [{i},")), "{text}");
+    }
+    // the Accept form too
+    let out = std::process::Command::new("curl")
+        .args([
+            "-N",
+            "-s",
+            "--max-time",
+            "2",
+            "-H",
+            "Accept: text/event-stream",
+            "-H",
+            "Last-Event-ID: 2",
+        ])
+        .arg(format!("http://{}/t", server.addr))
+        .output()
+        .expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("id: 3\ndata: [3,") && !text.contains("id: 2\n"),
+        "{text}"
+    );
+}
+
+// ---- a real browser ----
+
+fn chromium() -> Option<String> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find_map(|c| {
+            std::process::Command::new("which")
+                .arg(c)
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        })
+}
+
+/// A tiny HTTP server for the test page: serves `page` at `/` and collects what the page
+/// reports (`GET /report?...`) into a channel.
+fn page_server(page: String) -> (std::net::SocketAddr, std::sync::mpsc::Receiver<String>) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            c.set_read_timeout(Some(Duration::from_secs(5))).ok();
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                match c.read(&mut chunk) {
+                    Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                    _ => break,
+                }
+            }
+            let head = String::from_utf8_lossy(&buf).into_owned();
+            let target = head.split(' ').nth(1).unwrap_or("/").to_string();
+            let (ctype, body) = if target.starts_with("/report") {
+                let _ = tx.send(target.clone());
+                ("text/plain", "ok".to_string())
+            } else if target == "/" {
+                ("text/html", page.clone())
+            } else {
+                ("text/plain", String::new())
+            };
+            let resp = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\naccess-control-allow-origin: *\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = c.write_all(resp.as_bytes());
+        }
+    });
+    (addr, rx)
+}
+
+#[test]
+fn browser_eventsource_survives_a_restart_without_loss_or_duplicate() {
+    let Some(chrome) = chromium() else {
+        eprintln!("SKIPPED: no chromium (apt-get install -y chromium)");
+        return;
+    };
+    let setup = Setup::new();
+    let cfg = setup.config(CONFIG);
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let addr = server.addr;
+    let page = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/browser/eventsource.html"),
+    )
+    .expect("tests/browser/eventsource.html")
+    .replace("__SSE_URL__", &format!("http://{addr}/t/events?offset=0"))
+    .replace("__TOTAL__", "1000");
+    let (page_addr, reports) = page_server(page);
+    let profile = tempfile::tempdir().unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let browser = std::process::Command::new(chrome)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--remote-debugging-port=0")
+        .arg(format!("http://{page_addr}/"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start chromium");
+    let _guard = Kill(browser);
+    let wait_report = |prefix: &str, secs: u64| -> String {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let r = reports
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no {prefix} report within {secs} s"));
+            if r.starts_with(prefix) {
+                return r;
+            }
+        }
+    };
+    wait_report("/report?open", 60);
+    // 500 rows, then a restart in the middle of the stream, then 500 more
+    let mut ws = ws_connect(&server.url("t?publish"));
+    let _ = recv_text(&mut ws);
+    for b in 0..5 {
+        publish_on(&mut ws, &rows(1 + b * 100, 100, "A"));
+    }
+    drop(ws);
+    wait_report("/report?progress=500", 30);
+    assert_eq!(server.stop(), Some(0));
+    // the port may be briefly held (e.g. by the browser's reconnect attempts): retry a little
+    let mut tries = 0;
+    let server = loop {
+        match try_start_server_at(Some(&cfg), &setup.data(), &addr.to_string()) {
+            Ok(s) => break s,
+            Err(e) => {
+                let ss = std::process::Command::new("ss")
+                    .args(["-tanp"])
+                    .output()
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default();
+                let port = format!(":{}", addr.port());
+                let held: Vec<&str> = ss.lines().filter(|l| l.contains(&port)).collect();
+                eprintln!("restart attempt {tries}: {e}\n{}", held.join("\n"));
+                tries += 1;
+                assert!(tries < 50, "cannot restart on {addr}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
+    let mut ws = ws_connect(&server.url("t?publish"));
+    let _ = recv_text(&mut ws);
+    for b in 5..10 {
+        publish_on(&mut ws, &rows(1 + b * 100, 100, "A"));
+    }
+    let done = wait_report("/report?done", 60);
+    // done&count=1000&dups=0&gaps=0&first=1&last=1000&opens=N&ends=...
+    let q: std::collections::HashMap<String, String> = done
+        .trim_start_matches("/report?")
+        .split('&')
+        .filter_map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .collect();
+    assert_eq!(q["count"], "1000", "{done}");
+    assert_eq!(q["dups"], "0", "{done}");
+    assert_eq!(q["gaps"], "0", "{done}");
+    assert_eq!(q["first"], "1", "{done}");
+    assert_eq!(q["last"], "1000", "{done}");
+    assert!(
+        q["opens"].parse::<u32>().unwrap() >= 2,
+        "the EventSource reconnected: {done}"
+    );
+    assert_eq!(
+        q["recreated"], "0",
+        "resumed by the browser's own Last-Event-ID: {done}"
+    );
+}

@@ -41,6 +41,56 @@ pub struct Config {
     pub streams: Vec<StreamConfig>,
     /// Serve `/_echo` (a WebSocket echo endpoint for conformance suites). Off by default.
     pub echo: bool,
+    /// SSE and HTTP pull API settings (top-level `cursor_key`, `cursor_ttl_s`, `[sse]`).
+    pub http_api: HttpApiConfig,
+}
+
+/// Settings of the SSE endpoint and the HTTP pull API.
+///
+/// ```toml
+/// cursor_key = "at least 16 bytes of secret"  # omit: generated into <data_dir>/.cursor_key (0600)
+/// cursor_ttl_s = 3600                          # pull cursors expire after this many seconds
+/// [sse]
+/// max_streams = 10000      # open SSE streams per process (503 + Retry-After: 30 above)
+/// max_per_client = 16      # per client address
+/// ping_min_ms = 15000      # comment pings on idle streams, jittered in [min, max]
+/// ping_max_ms = 25000
+/// max_age_s = 900          # a stream ends with `event: end` {"reason":"max_age"} after this
+/// retry_ms = 3000          # the `retry:` sent first
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpApiConfig {
+    /// The HMAC key of pull cursors; `None`: generated and kept in the data directory.
+    pub cursor_key: Option<String>,
+    /// Cursor lifetime in seconds.
+    pub cursor_ttl_s: u64,
+    /// Open SSE streams per process.
+    pub sse_max_streams: usize,
+    /// Open SSE streams per client address.
+    pub sse_max_per_client: usize,
+    /// Shortest idle gap before a comment ping, ms.
+    pub sse_ping_min_ms: u64,
+    /// Longest idle gap before a comment ping, ms.
+    pub sse_ping_max_ms: u64,
+    /// Longest life of one SSE stream, seconds.
+    pub sse_max_age_s: u64,
+    /// The `retry:` value, ms.
+    pub sse_retry_ms: u64,
+}
+
+impl Default for HttpApiConfig {
+    fn default() -> Self {
+        HttpApiConfig {
+            cursor_key: None,
+            cursor_ttl_s: 3600,
+            sse_max_streams: 10_000,
+            sse_max_per_client: 16,
+            sse_ping_min_ms: 15_000,
+            sse_ping_max_ms: 25_000,
+            sse_max_age_s: 900,
+            sse_retry_ms: 3000,
+        }
+    }
 }
 
 /// One declared stream.
@@ -102,6 +152,20 @@ struct RawConfig {
     data_dir: Option<String>,
     #[serde(default)]
     stream: Vec<RawStream>,
+    cursor_key: Option<String>,
+    cursor_ttl_s: Option<i64>,
+    sse: Option<RawSse>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSse {
+    max_streams: Option<i64>,
+    max_per_client: Option<i64>,
+    ping_min_ms: Option<i64>,
+    ping_max_ms: Option<i64>,
+    max_age_s: Option<i64>,
+    retry_ms: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -143,6 +207,7 @@ impl Config {
                 true,
             )],
             echo: false,
+            http_api: HttpApiConfig::default(),
         }
     }
 
@@ -250,11 +315,52 @@ impl Config {
                 "no [[stream]] declared: nothing to serve".into(),
             ));
         }
+        let mut api = HttpApiConfig::default();
+        if let Some(key) = raw.cursor_key {
+            if key.len() < 16 {
+                return Err(err("cursor_key", "a cursor key is at least 16 bytes".into()));
+            }
+            api.cursor_key = Some(key);
+        }
+        let within = |v: Option<i64>, key: &str, lo: i64, hi: i64| -> Result<Option<u64>, ConfigError> {
+            match v {
+                None => Ok(None),
+                Some(n) if n >= lo && n <= hi => Ok(Some(n as u64)),
+                Some(n) => Err(err(key, format!("{n} is outside {lo}..={hi}"))),
+            }
+        };
+        if let Some(n) = within(raw.cursor_ttl_s, "cursor_ttl_s", 1, 365 * 86_400)? {
+            api.cursor_ttl_s = n;
+        }
+        if let Some(sse) = raw.sse {
+            if let Some(n) = within(sse.max_streams, "sse.max_streams", 1, 1 << 24)? {
+                api.sse_max_streams = n as usize;
+            }
+            if let Some(n) = within(sse.max_per_client, "sse.max_per_client", 1, 1 << 24)? {
+                api.sse_max_per_client = n as usize;
+            }
+            if let Some(n) = within(sse.ping_min_ms, "sse.ping_min_ms", 10, 3_600_000)? {
+                api.sse_ping_min_ms = n;
+            }
+            if let Some(n) = within(sse.ping_max_ms, "sse.ping_max_ms", 10, 3_600_000)? {
+                api.sse_ping_max_ms = n;
+            }
+            if api.sse_ping_max_ms < api.sse_ping_min_ms {
+                return Err(err("sse.ping_max_ms", "must be at least sse.ping_min_ms".into()));
+            }
+            if let Some(n) = within(sse.max_age_s, "sse.max_age_s", 1, 7 * 86_400)? {
+                api.sse_max_age_s = n;
+            }
+            if let Some(n) = within(sse.retry_ms, "sse.retry_ms", 0, 3_600_000)? {
+                api.sse_retry_ms = n;
+            }
+        }
         Ok(Config {
             listen,
             data_dir,
             streams,
             echo: false,
+            http_api: api,
         })
     }
 }

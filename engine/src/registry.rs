@@ -29,6 +29,16 @@ pub struct StreamStats {
     pub last_send_us: AtomicI64,
     /// Subscribers closed with 4429.
     pub dropped_slow: AtomicU64,
+    /// Open SSE streams.
+    pub sse_subscribers: AtomicI64,
+    /// SSE streams ended with `behind` (too slow).
+    pub sse_dropped_slow: AtomicU64,
+    /// HTTP pull requests waiting in a long poll.
+    pub pull_waiting: AtomicI64,
+    /// Commit latency (time in `Buffer::append`).
+    pub commit_latency: crate::session::metrics::Histogram,
+    /// Cursors of the open SSE sessions, for the lag gauge.
+    pub lag: crate::session::metrics::LagBoard,
 }
 
 /// An exactly-once publisher's claim on its id. A newer connection with the same id sets

@@ -115,6 +115,15 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
             lock: lock_path.display().to_string(),
         });
     }
+    // the pull API's cursor key (configured, or kept in the data directory) and the SSE caps
+    let key = crate::cursor::CursorKey::load_or_create(
+        &data_dir,
+        cfg.http_api.cursor_key.as_deref(),
+        cfg.http_api.cursor_ttl_s,
+    )
+    .map_err(StartError::Other)?;
+    crate::cursor::install(key);
+    crate::session::sse::install(&cfg.http_api);
     // SO_REUSEPORT would let a second server share the port silently: probe without it first.
     let probe = StdListener::bind(cfg.listen).map_err(|e| StartError::Listen {
         addr: cfg.listen,

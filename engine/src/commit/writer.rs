@@ -225,7 +225,10 @@ impl Writer {
                     })
                     .collect();
                 let first = buffer.end_offset();
-                match buffer.append(&batches) {
+                let began = std::time::Instant::now();
+                let appended = buffer.append(&batches);
+                st.stats.commit_latency.observe(began.elapsed());
+                match appended {
                     Ok(outcomes) => {
                         let mut b =
                             FrameBatchBuilder::new(first, true, bytes_total + rows_total * 40);

@@ -6,6 +6,8 @@
 //! vectored write. Row positions are kept so `where=` filters can read a row without re-parsing the
 //! frame.
 
+use std::sync::OnceLock;
+
 use bytes::Bytes;
 use corecast_net::protocol::frame::encode_data_frame;
 
@@ -21,6 +23,34 @@ pub struct FrameBatch {
     pub frames: Bytes,
     ends: Vec<u32>,
     rows: Vec<(u32, u32)>,
+    /// The SSE rendering, built on first use by an SSE reader and shared by all of them.
+    sse: OnceLock<SseBatch>,
+}
+
+/// One batch's rows as SSE events (`id: <offset>`, `data: [offset,ts,row]`, blank line), back
+/// to back; event `i` ends at `ends[i]`.
+pub struct SseBatch {
+    /// All events, back to back.
+    pub events: Bytes,
+    ends: Vec<u32>,
+}
+
+impl SseBatch {
+    /// The events `from..to` (indexes into the batch) as one shared slice.
+    pub fn slice(&self, from: usize, to: usize) -> Bytes {
+        let to = to.min(self.ends.len());
+        if from >= to {
+            return Bytes::new();
+        }
+        let start = if from == 0 { 0 } else { self.ends[from - 1] as usize };
+        self.events.slice(start..self.ends[to - 1] as usize)
+    }
+
+    /// Bytes of events `from..to`.
+    pub fn bytes_between(&self, from: usize, to: usize) -> usize {
+        let start = if from == 0 { 0 } else { self.ends[from - 1] as usize };
+        self.ends[to - 1] as usize - start
+    }
 }
 
 /// Accumulates rows into a [`FrameBatch`].
@@ -82,6 +112,7 @@ impl FrameBatchBuilder {
             frames: Bytes::from(self.buf),
             ends: self.ends,
             rows: self.rows,
+            sse: OnceLock::new(),
         }
     }
 }
@@ -131,6 +162,37 @@ impl FrameBatch {
         let (a, b) = self.rows[i];
         &self.frames[a as usize..b as usize]
     }
+
+    /// The payload of frame `i`: `[offset,ts,row]` without the WebSocket header.
+    pub fn payload(&self, i: usize) -> &[u8] {
+        let start = self.frame_start(i);
+        let header = match self.frames[start + 1] & 0x7f {
+            126 => 4,
+            127 => 10,
+            _ => 2,
+        };
+        &self.frames[start + header..self.frame_end(i)]
+    }
+
+    /// The batch as SSE events, rendered on the first call (by the first SSE reader of the
+    /// stream) and shared by every later one; streams without SSE readers never pay for it.
+    /// Live-only batches (offset `null`) get no `id:` line.
+    pub fn sse(&self) -> &SseBatch {
+        self.sse.get_or_init(|| {
+            let mut buf = Vec::with_capacity(self.frames.len() + self.len() * 24);
+            let mut ends = Vec::with_capacity(self.len());
+            for i in 0..self.len() {
+                let p = self.payload(i);
+                let id = (!p.starts_with(b"[null,")).then_some(self.first + i as u64);
+                corecast_net::sse::push_event(id, p, &mut buf);
+                ends.push(buf.len() as u32);
+            }
+            SseBatch {
+                events: Bytes::from(buf),
+                ends,
+            }
+        })
+    }
 }
 
 #[cfg(test)]
@@ -156,6 +218,10 @@ mod tests {
         assert_eq!(&mid[2..], br#"[8,1000,{"a":2}]"#);
         let tail = fb.slice(2, 3);
         assert_eq!(&tail[2..], br#"[9,1000,{"a":3}]"#);
+        assert_eq!(fb.payload(1), br#"[8,1000,{"a":2}]"#);
+        let sse = fb.sse();
+        assert_eq!(&sse.slice(1, 3)[..], b"id: 8\ndata: [8,1000,{\"a\":2}]\n\nid: 9\ndata: [9,1000,{\"a\":3}]\n\n");
+        assert!(std::ptr::eq(sse, fb.sse()), "rendered once");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use super::publisher::{push_text, ExactlyOnce};
 use super::route::{bad_request, route, Intent, Refusal};
 use super::subscriber::Start;
 use super::ws_io::WsReader;
-use super::{echo, publisher, stats, subscriber};
+use super::{echo, metrics, publisher, pull, sse, stats, subscriber};
 use crate::fanout::signal::Signal;
 use crate::filter::{ColumnLookup, Filter};
 use crate::registry::Stream;
@@ -43,6 +43,7 @@ pub async fn handle(ctx: Rc<ShardCtx>, conn: Conn) {
 }
 
 async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
+    let peer = conn.peer_addr().ok().map(|a| a.ip());
     let (mut rd, mut wr) = conn.split();
     let limits = HttpLimits::default();
     let mut buf = Vec::with_capacity(4096);
@@ -77,7 +78,13 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
     let leftover = buf.split_off(used);
     let name = req.path.strip_prefix('/').unwrap_or(&req.path).to_string();
     if !is_upgrade_request(&req) {
-        let resp = plain_http(ctx, &req, &name);
+        if let Some(stream) = sse::wants(ctx, &req, &name) {
+            return sse::serve(ctx, &req, stream, peer, rd, wr).await;
+        }
+        let resp = match pull::handle(ctx, &req, peer).await {
+            Some(r) => r,
+            None => plain_http(ctx, &req, &name),
+        };
         let _ = wr.write_all(resp).await;
         let _ = wr.shutdown().await;
         return;
@@ -248,7 +255,7 @@ fn replay_window(st: &Stream, n: u64, head: u64) -> Result<u64, Refusal> {
     Ok(first)
 }
 
-fn parse_filter(st: &Stream, text: &str) -> Result<Filter, String> {
+pub(crate) fn parse_filter(st: &Stream, text: &str) -> Result<Filter, String> {
     match &st.schema {
         Some(schema) => {
             let lookup = |c: &str| match schema.column(c) {
@@ -288,6 +295,7 @@ fn greeting(
 }
 
 async fn refuse(mut wr: WriteHalf, mut out: Vec<u8>, r: Refusal) {
+    metrics::count_refusal(r.code);
     encode_close(Some(CloseCode(r.code)), &r.reason, None, &mut out);
     let _ = wr.write_all(out).await;
     let _ = wr.shutdown().await;
@@ -302,6 +310,10 @@ fn plain_http(ctx: &ShardCtx, req: &Request, name: &str) -> Vec<u8> {
                 .header("cache-control", "no-cache")
                 .finish(body.as_bytes())
         }
+        ("GET", "metrics") => ResponseHead::new(200)
+            .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
+            .header("cache-control", "no-cache")
+            .finish(metrics::render(&ctx.shared).as_bytes()),
         _ => json_error(404, "not_found", &format!("no such path: /{name}"), false),
     }
 }

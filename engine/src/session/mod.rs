@@ -4,8 +4,11 @@
 
 pub mod conn;
 pub mod echo;
+pub mod metrics;
 pub mod publisher;
+pub mod pull;
 pub mod route;
+pub mod sse;
 pub mod stats;
 pub mod subscriber;
 pub mod ws_io;

@@ -5,10 +5,10 @@
 //! reader pool for a chunk of ready-made frames; once inside the ring it slices the shared batch
 //! buffers. Either way it writes everything owed with one vectored write per wake-up, so replay and
 //! live are the same loop and the splice is an offset: no gap, no duplicate. A subscriber whose
-//! lag past its replay window exceeds `max_backlog` frames gets what it was already sent (a
-//! contiguous prefix) and then close 4429 `{"error":"too_slow","backlog":N}`; nobody else waits
-//! for it. Runs on the shard that accepted the connection: one writer task and one reader task
-//! (pings, the peer's close).
+//! lag past its replay window exceeds `max_backlog` frames gets what it was already sent plus the
+//! `max_backlog` frames queued before the overflow (a contiguous prefix) and then close 4429
+//! `{"error":"too_slow","backlog":N}`; nobody else waits for it. Runs on the shard that accepted
+//! the connection: one writer task and one reader task (pings, the peer's close).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -175,8 +175,43 @@ async fn serve(
             let hub = ctx.hubs[stream.index].borrow();
             (hub.head(), hub.base())
         };
-        if head.saturating_sub(next.max(start.replay_end)) > max_backlog {
+        let lag_from = next.max(start.replay_end);
+        if head.saturating_sub(lag_from) > max_backlog {
             stream.stats.dropped_slow.fetch_add(1, Ordering::Relaxed);
+            // the frames queued before the overflow still go first (PROTOCOL.md §6): up to
+            // `max_backlog` past the lag origin, while the ring holds them
+            if next >= base {
+                let upto = lag_from + max_backlog;
+                let mut frames = 0u64;
+                {
+                    let hub = ctx.hubs[stream.index].borrow();
+                    for b in hub.batches_from(next) {
+                        if next >= upto {
+                            break;
+                        }
+                        let from = (next - b.first) as usize;
+                        let to = (upto.min(b.end()) - b.first) as usize;
+                        match filter {
+                            None => {
+                                fv.push(b.slice(from, to));
+                                frames += (to - from) as u64;
+                            }
+                            Some(f) => {
+                                for i in from..to {
+                                    if f.matches(b.row(i)) {
+                                        fv.push(b.slice(i, i + 1));
+                                        frames += 1;
+                                    }
+                                }
+                            }
+                        }
+                        next = b.first + to as u64;
+                    }
+                }
+                if !fv.is_empty() {
+                    frames_write(stream, wr, &mut fv, frames).await?;
+                }
+            }
             return Some((
                 4429,
                 format!("{{\"error\":\"too_slow\",\"backlog\":{max_backlog}}}"),

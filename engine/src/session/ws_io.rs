@@ -101,20 +101,12 @@ impl WsReader {
                                 }
                             }
                             Err(v) => {
-                                return WsIn::Violation {
-                                    code: v.close_code().0,
-                                    reason: v.to_string(),
-                                }
+                                return violation(v.close_code().0, v.to_string());
                             }
                         }
                     }
                     Ok(Decoded::NeedMore(_)) => {}
-                    Err(e) => {
-                        return WsIn::Violation {
-                            code: e.close_code().0,
-                            reason: e.to_string(),
-                        }
-                    }
+                    Err(e) => return violation(e.close_code().0, e.to_string()),
                 }
             }
             if self.start > 0 {
@@ -130,4 +122,16 @@ impl WsReader {
             }
         }
     }
+}
+
+/// The close for a violation: over the size limit, the reference's plain `frame too large`
+/// (PROTOCOL.md §8), whether one frame or a fragmented message outgrew it; else the codec's
+/// description.
+fn violation(code: u16, description: String) -> WsIn {
+    let reason = if code == 1009 {
+        "frame too large".to_string()
+    } else {
+        description
+    };
+    WsIn::Violation { code, reason }
 }

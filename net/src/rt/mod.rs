@@ -164,6 +164,11 @@ impl Conn {
         Ok(Conn { inner: stream })
     }
 
+    /// The peer's address (the client, on an accepted connection).
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.peer_addr()
+    }
+
     /// Splits the connection into halves that two tasks of this thread can drive at once.
     pub fn split(self) -> (ReadHalf, WriteHalf) {
         let (r, w) = self.inner.into_split();

@@ -1,0 +1,339 @@
+//! `GET /metrics`: the Prometheus text exposition format (version 0.0.4).
+//!
+//! Per stream (label `stream`, the declared names only): rows in, frames and bytes out,
+//! subscribers by transport (`websocket`, `sse`, `pull` long polls waiting), publishers, the
+//! commit latency histogram (time in `Buffer::append`, measured by the writer), the lag of the
+//! furthest-behind SSE reader, readers dropped for being too slow. Per process: refusals by close
+//! code (a fixed set of codes, the rest counted as `other`), connections, open SSE streams, the
+//! I/O driver, uptime. Every label value comes from a bounded set, so the series count is
+//! `streams × a constant`.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use crate::registry::now_us;
+use crate::shard::Shared;
+
+/// Upper bounds (seconds) of the commit latency buckets.
+pub const LATENCY_BOUNDS_S: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+/// A fixed-bucket latency histogram, updated with relaxed atomics from any thread.
+#[derive(Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; 14],
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    /// Records one observation.
+    pub fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        if let Some(i) = LATENCY_BOUNDS_S.iter().position(|&b| s <= b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_ns
+            .fetch_add(d.as_nanos().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
+/// The cursors (next offset owed) of a stream's open readers; lag = end − the smallest.
+#[derive(Default)]
+pub struct LagBoard {
+    slots: Mutex<Vec<Weak<AtomicU64>>>,
+}
+
+impl LagBoard {
+    /// Registers a reader whose next offset is `next`; it updates the returned cell as it goes
+    /// and is forgotten once the cell is dropped.
+    pub fn register(&self, next: u64) -> Arc<AtomicU64> {
+        let cell = Arc::new(AtomicU64::new(next));
+        let mut v = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        v.push(Arc::downgrade(&cell));
+        cell
+    }
+
+    /// The largest `end − next` over the open readers (0 with none).
+    pub fn max_lag(&self, end: u64) -> u64 {
+        let v = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        v.iter()
+            .filter_map(Weak::upgrade)
+            .map(|c| end.saturating_sub(c.load(Ordering::Relaxed)))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Close codes (and the SSE/HTTP 503) counted by name; anything else is `other`.
+const REFUSAL_CODES: [u16; 10] = [1001, 1011, 4400, 4404, 4409, 4412, 4416, 4429, 503, 0];
+static REFUSALS: [AtomicU64; 10] = [const { AtomicU64::new(0) }; 10];
+
+/// Counts a refusal (a close before the greeting, or an HTTP 503 of the SSE caps) by code.
+pub fn count_refusal(code: u16) {
+    let i = REFUSAL_CODES[..9]
+        .iter()
+        .position(|&c| c == code)
+        .unwrap_or(9);
+    REFUSALS[i].fetch_add(1, Ordering::Relaxed);
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// A label value, escaped as the text format requires (stream names never need it, but the
+/// renderer does not rely on that).
+fn label(v: &str) -> String {
+    let mut s = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+/// Renders every metric family.
+pub fn render(shared: &Shared) -> String {
+    let streams = &shared.registry.streams;
+    let names: Vec<String> = streams.iter().map(|s| label(&s.cfg.name)).collect();
+    let mut o = String::with_capacity(4096 + streams.len() * 2048);
+    let per_stream =
+        |o: &mut String, name: &str, kind: &str, help: &str, f: &dyn Fn(usize) -> String| {
+            family(o, name, kind, help);
+            for (i, n) in names.iter().enumerate() {
+                let _ = writeln!(o, "{name}{{stream=\"{n}\"}} {}", f(i));
+            }
+        };
+    let ld = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
+    per_stream(
+        &mut o,
+        "corecast_rows_in_total",
+        "counter",
+        "Rows committed (fanned out, on live-only streams).",
+        &|i| ld(&streams[i].stats.rows_in),
+    );
+    per_stream(
+        &mut o,
+        "corecast_frames_out_total",
+        "counter",
+        "Rows written to subscribers (WebSocket frames and SSE events).",
+        &|i| ld(&streams[i].stats.frames_out),
+    );
+    per_stream(
+        &mut o,
+        "corecast_bytes_out_total",
+        "counter",
+        "Bytes written to subscribers.",
+        &|i| ld(&streams[i].stats.bytes_out),
+    );
+    family(
+        &mut o,
+        "corecast_subscribers",
+        "gauge",
+        "Open subscriptions by transport (pull: long polls waiting).",
+    );
+    for (i, n) in names.iter().enumerate() {
+        let st = &streams[i].stats;
+        for (t, v) in [
+            ("websocket", st.subscribers.load(Ordering::Relaxed)),
+            ("sse", st.sse_subscribers.load(Ordering::Relaxed)),
+            ("pull", st.pull_waiting.load(Ordering::Relaxed)),
+        ] {
+            let _ = writeln!(
+                o,
+                "corecast_subscribers{{stream=\"{n}\",transport=\"{t}\"}} {}",
+                v.max(0)
+            );
+        }
+    }
+    per_stream(
+        &mut o,
+        "corecast_publishers",
+        "gauge",
+        "Open publisher connections.",
+        &|i| {
+            streams[i]
+                .stats
+                .publishers
+                .load(Ordering::Relaxed)
+                .max(0)
+                .to_string()
+        },
+    );
+    family(
+        &mut o,
+        "corecast_commit_latency_seconds",
+        "histogram",
+        "Time the writer spent committing one stream's group (Buffer::append).",
+    );
+    for (i, n) in names.iter().enumerate() {
+        let h = &streams[i].stats.commit_latency;
+        let mut cum = 0u64;
+        for (b, bound) in h.buckets.iter().zip(LATENCY_BOUNDS_S) {
+            cum += b.load(Ordering::Relaxed);
+            let _ = writeln!(
+                o,
+                "corecast_commit_latency_seconds_bucket{{stream=\"{n}\",le=\"{bound}\"}} {cum}"
+            );
+        }
+        let count = h.count.load(Ordering::Relaxed);
+        let _ = writeln!(
+            o,
+            "corecast_commit_latency_seconds_bucket{{stream=\"{n}\",le=\"+Inf\"}} {}",
+            count.max(cum)
+        );
+        let sum = h.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(
+            o,
+            "corecast_commit_latency_seconds_sum{{stream=\"{n}\"}} {sum}"
+        );
+        let _ = writeln!(
+            o,
+            "corecast_commit_latency_seconds_count{{stream=\"{n}\"}} {}",
+            count.max(cum)
+        );
+    }
+    per_stream(
+        &mut o,
+        "corecast_subscriber_lag_rows",
+        "gauge",
+        "Rows between the committed end and the furthest-behind SSE reader's cursor.",
+        &|i| {
+            let st = &streams[i];
+            st.stats
+                .lag
+                .max_lag(st.end.load(Ordering::Acquire))
+                .to_string()
+        },
+    );
+    family(
+        &mut o,
+        "corecast_dropped_slow_total",
+        "counter",
+        "Subscribers dropped for falling behind (WebSocket 4429, SSE end reason behind).",
+    );
+    for (i, n) in names.iter().enumerate() {
+        let st = &streams[i].stats;
+        let _ = writeln!(
+            o,
+            "corecast_dropped_slow_total{{stream=\"{n}\",transport=\"websocket\"}} {}",
+            ld(&st.dropped_slow)
+        );
+        let _ = writeln!(
+            o,
+            "corecast_dropped_slow_total{{stream=\"{n}\",transport=\"sse\"}} {}",
+            ld(&st.sse_dropped_slow)
+        );
+    }
+    family(
+        &mut o,
+        "corecast_refusals_total",
+        "counter",
+        "Requests refused, by close code (503: SSE caps and shutdown).",
+    );
+    for (i, c) in REFUSAL_CODES.iter().enumerate() {
+        let code = if i == 9 {
+            "other".to_string()
+        } else {
+            c.to_string()
+        };
+        let _ = writeln!(
+            o,
+            "corecast_refusals_total{{code=\"{code}\"}} {}",
+            ld(&REFUSALS[i])
+        );
+    }
+    family(
+        &mut o,
+        "corecast_connections",
+        "gauge",
+        "Open TCP connections, all shards.",
+    );
+    let _ = writeln!(
+        o,
+        "corecast_connections {}",
+        shared.connections.load(Ordering::Relaxed).max(0)
+    );
+    family(
+        &mut o,
+        "corecast_sse_streams",
+        "gauge",
+        "Open SSE streams, all streams.",
+    );
+    let _ = writeln!(o, "corecast_sse_streams {}", super::sse::open_streams());
+    family(
+        &mut o,
+        "corecast_driver",
+        "gauge",
+        "The I/O driver the shards run on (1 for the one in use).",
+    );
+    let d = shared.driver_name();
+    for name in ["io_uring", "fallback"] {
+        let _ = writeln!(
+            o,
+            "corecast_driver{{driver=\"{name}\"}} {}",
+            u8::from(d == name)
+        );
+    }
+    family(
+        &mut o,
+        "corecast_uptime_seconds",
+        "gauge",
+        "Seconds since the server started.",
+    );
+    let started = streams
+        .iter()
+        .map(|s| s.started_us)
+        .min()
+        .unwrap_or_else(now_us);
+    let _ = writeln!(
+        o,
+        "corecast_uptime_seconds {}",
+        (now_us() - started).max(0) as f64 / 1e6
+    );
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets() {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(50));
+        h.observe(Duration::from_millis(3));
+        h.observe(Duration::from_secs(10));
+        assert_eq!(h.count(), 3);
+        assert_eq!(h.buckets[0].load(Ordering::Relaxed), 1);
+        assert_eq!(h.buckets[5].load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn lag_board_forgets_dropped_readers() {
+        let b = LagBoard::default();
+        let a = b.register(5);
+        let c = b.register(9);
+        assert_eq!(b.max_lag(10), 5);
+        drop(a);
+        assert_eq!(b.max_lag(10), 1);
+        c.store(10, Ordering::Relaxed);
+        assert_eq!(b.max_lag(10), 0);
+    }
+}

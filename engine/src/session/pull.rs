@@ -1,0 +1,472 @@
+//! The HTTP pull API (JSON), on the same port and from the same log.
+//!
+//! - `GET /v1/streams` — the catalog; `GET /v1/streams/NAME` — one entry: schema (as the greeting
+//!   publishes it), durable, exactly_once, stream_id, end_offset, earliest_offset, max_replay and
+//!   the other limits, subscribers by transport, publishers.
+//! - `GET /v1/streams/NAME/latest?limit=N` — the last N rows (N ≤ 500, default 10), each as
+//!   `[offset,ts,row]` (the WebSocket payload).
+//! - `GET /v1/streams/NAME/rows?cursor=C&limit=N&wait=S&where=…&from=latest` — at most N rows
+//!   (≤ 500, default 100) from the cursor on, with `next_cursor` and `status` (`ok`, or `gap`
+//!   with the `missing` offsets when rows below the cursor are gone: the window continues from
+//!   the earliest held). Without a cursor: from the earliest row, or from now with
+//!   `from=latest`. `wait` (≤ 60 s) long-polls while nothing is new and answers as soon as a row
+//!   commits. With `where=`, at most 4,096 rows are examined per request, so a window may hold
+//!   fewer than N rows (even none) with a cursor that moved on.
+//!
+//! Cursors are signed ([`crate::cursor`]) and bound to the stream, its stream_id, the filter and
+//! the caller's address. Refusals share one body, `{"error":{"code","message","retryable",…}}`:
+//! `cursor_invalid` (400), `cursor_expired` (410), `resource_limit_exceeded` (400: limit > 500,
+//! wait > 60), `bad_request` (400), `not_found` (404), `not_durable` (409: a live-only stream
+//! has no log to page through; `latest` still answers from memory).
+//!
+//! Reads below the shard's ring go through the reader pool; the ring is sliced in place. Nothing
+//! here touches SQLite on the shard thread.
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use corecast_net::http::query::Query;
+use corecast_net::http::request::Request;
+use corecast_net::http::response::{json_error_body, ResponseHead};
+use corecast_net::rt;
+
+use crate::cursor::{self, Binding, CursorError};
+use crate::fanout::signal::Signal;
+use crate::filter::Filter;
+use crate::registry::{now_us, Stream};
+use crate::replay::ReplayJob;
+use crate::shard::ShardCtx;
+
+/// Most rows one window or `latest` returns.
+pub const MAX_LIMIT: usize = 500;
+/// Longest long poll, seconds.
+pub const MAX_WAIT_S: f64 = 60.0;
+/// Most rows a filtered window examines.
+const FILTER_SCAN_ROWS: usize = 4096;
+
+fn json(status: u16, body: &[u8]) -> Vec<u8> {
+    ResponseHead::new(status)
+        .header("content-type", "application/json")
+        .header("cache-control", "no-store")
+        .header("access-control-allow-origin", "*")
+        .finish(body)
+}
+
+fn err(status: u16, code: &str, message: &str) -> Vec<u8> {
+    json(status, &json_error_body(code, message, status >= 500))
+}
+
+fn jstr(s: &str) -> String {
+    sonic_rs::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+/// Answers a `/v1/…` request; `None` when the path is not the pull API's.
+pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, peer: Option<IpAddr>) -> Option<Vec<u8>> {
+    let path = req.path.as_str();
+    let rest = if path == "/v1/streams" || path == "/v1/streams/" {
+        ""
+    } else {
+        path.strip_prefix("/v1/streams/")?
+    };
+    if req.method != "GET" {
+        return Some(err(
+            405,
+            "method_not_allowed",
+            "the pull API answers GET only",
+        ));
+    }
+    let q = Query::parse(req.query.as_bytes());
+    let reg = &ctx.shared.registry;
+    let parts: Vec<&str> = rest.split('/').collect();
+    let find = |name: &str| {
+        reg.get(name)
+            .cloned()
+            .ok_or_else(|| err(404, "not_found", &format!("no such stream: {name}")))
+    };
+    let resp = match parts.as_slice() {
+        [""] => {
+            let mut body = String::from("{\"streams\":[");
+            for (i, st) in reg.streams.iter().enumerate() {
+                if i > 0 {
+                    body.push(',');
+                }
+                entry(st, &mut body);
+            }
+            body.push_str("]}");
+            json(200, body.as_bytes())
+        }
+        [name] | [name, ""] => match find(name) {
+            Ok(st) => {
+                let mut body = String::new();
+                entry(&st, &mut body);
+                json(200, body.as_bytes())
+            }
+            Err(e) => e,
+        },
+        [name, "latest"] => match find(name) {
+            Ok(st) => latest(ctx, &st, &q).await,
+            Err(e) => e,
+        },
+        [name, "rows"] => match find(name) {
+            Ok(st) => rows(ctx, &st, &q, peer).await,
+            Err(e) => e,
+        },
+        _ => err(404, "not_found", &format!("no endpoint at {path}")),
+    };
+    Some(resp)
+}
+
+/// One catalog entry.
+fn entry(st: &Stream, o: &mut String) {
+    let end = st.end.load(Ordering::Acquire);
+    let opt = |v: Option<u64>| v.map_or("null".to_string(), |n| n.to_string());
+    let durable = st.durable();
+    let _ = write!(
+        o,
+        "{{\"name\":{},\"schema\":{},\"durable\":{},\"exactly_once\":{},\"stream_id\":{},\"end_offset\":{},\"earliest_offset\":{},\"max_replay\":{},\"limits\":{{\"max_replay\":{},\"max_backlog\":{},\"max_in_flight\":{},\"max_inbound\":{},\"max_message_bytes\":{},\"window_rows\":{},\"wait_s\":{}}},\"subscribers\":{{\"websocket\":{},\"sse\":{},\"pull\":{}}},\"publishers\":{}}}",
+        jstr(&st.cfg.name),
+        st.schema_published.as_deref().unwrap_or("null"),
+        durable,
+        st.cfg.exactly_once,
+        st.stream_id.as_deref().map_or("null".to_string(), jstr),
+        opt(durable.then_some(end)),
+        opt(durable.then(|| st.earliest.load(Ordering::Acquire).min(end).max(1))),
+        opt(st.cfg.max_replay),
+        opt(st.cfg.max_replay),
+        st.cfg.max_backlog,
+        st.cfg.max_in_flight,
+        st.cfg.max_inbound,
+        st.cfg.max_message_bytes,
+        MAX_LIMIT,
+        MAX_WAIT_S as u64,
+        st.stats.subscribers.load(Ordering::Relaxed).max(0),
+        st.stats.sse_subscribers.load(Ordering::Relaxed).max(0),
+        st.stats.pull_waiting.load(Ordering::Relaxed).max(0),
+        st.stats.publishers.load(Ordering::Relaxed).max(0),
+    );
+}
+
+fn parse_limit(q: &Query, default: usize) -> Result<usize, Vec<u8>> {
+    match q.get("limit") {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n as usize <= MAX_LIMIT => Ok(n as usize),
+            Ok(n) => Err(err(
+                400,
+                "resource_limit_exceeded",
+                &format!("limit={n} is over the maximum of {MAX_LIMIT} rows"),
+            )),
+            Err(_) => Err(err(
+                400,
+                "bad_request",
+                &format!("limit={v} is not a row count"),
+            )),
+        },
+    }
+}
+
+/// Rows read from the ring or the log.
+#[derive(Default)]
+struct Window {
+    /// `[offset,ts,row]` items, comma-separated.
+    rows: Vec<u8>,
+    n: usize,
+    /// The sequence after the last row examined.
+    next: u64,
+    /// Offsets found missing at the start of the window (`first..=last`).
+    missing: Option<(u64, u64)>,
+    /// Rows examined (matching or not).
+    examined: usize,
+}
+
+impl Window {
+    fn push(&mut self, payload: &[u8]) {
+        if self.n > 0 {
+            self.rows.push(b',');
+        }
+        self.rows.extend_from_slice(payload);
+        self.n += 1;
+    }
+}
+
+/// Reads at most `limit` rows passing `filter` from `[from, to)`, examining at most `scan` rows.
+async fn read_window(
+    ctx: &ShardCtx,
+    st: &Stream,
+    from: u64,
+    to: u64,
+    filter: Option<&Filter>,
+    limit: usize,
+    scan: usize,
+) -> Result<Window, Vec<u8>> {
+    let mut w = Window {
+        next: from,
+        ..Window::default()
+    };
+    // visits one batch from `w.next`; returns false once a bound is hit
+    let visit = |w: &mut Window, b: &crate::fanout::batch::FrameBatch| -> bool {
+        let mut i = w.next.saturating_sub(b.first) as usize;
+        while i < b.len() && b.first + (i as u64) < to {
+            if w.n >= limit || w.examined >= scan {
+                w.next = b.first + i as u64;
+                return false;
+            }
+            if filter.is_none_or(|f| f.matches(b.row(i))) {
+                w.push(b.payload(i));
+            }
+            w.examined += 1;
+            i += 1;
+        }
+        w.next = b.first + i as u64;
+        w.next < to
+    };
+    while w.next < to && w.n < limit && w.examined < scan {
+        let base = ctx.hubs[st.index].borrow().base();
+        if w.next >= base || !st.durable() {
+            w.next = w.next.max(base);
+            let hub = ctx.hubs[st.index].borrow();
+            for b in hub.batches_from(w.next) {
+                if !visit(&mut w, b) {
+                    break;
+                }
+            }
+            break;
+        }
+        let end = base.min(to).min(w.next + (scan - w.examined) as u64);
+        let (tx, rx) = flume::bounded(1);
+        let job = ReplayJob {
+            stream: st.index,
+            from: w.next,
+            to: end,
+            reply: tx,
+        };
+        if ctx.shared.replay.submit(job).is_err() {
+            return Err(err(503, "unavailable", "the reader pool has stopped"));
+        }
+        let batch = match rx.recv_async().await {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => return Err(err(500, "storage_error", &e)),
+            Err(_) => return Err(err(503, "unavailable", "the reader pool has stopped")),
+        };
+        if batch.is_empty() || batch.first > w.next {
+            let upto = if batch.is_empty() { end } else { batch.first };
+            if w.n == 0 && w.missing.is_none() {
+                w.missing = Some((w.next, upto - 1));
+            }
+            w.next = upto;
+            if batch.is_empty() {
+                continue;
+            }
+        }
+        if !visit(&mut w, &batch) {
+            break;
+        }
+    }
+    Ok(w)
+}
+
+async fn latest(ctx: &ShardCtx, st: &Stream, q: &Query) -> Vec<u8> {
+    let limit = match parse_limit(q, 10) {
+        Ok(n) => n,
+        Err(e) => return e,
+    };
+    let (head, base) = {
+        let hub = ctx.hubs[st.index].borrow();
+        (hub.head(), hub.base())
+    };
+    let floor = if st.durable() {
+        st.earliest.load(Ordering::Acquire).min(head).max(1)
+    } else {
+        base
+    };
+    let from = head.saturating_sub(limit as u64).max(floor);
+    let w = match read_window(ctx, st, from, head, None, limit, limit).await {
+        Ok(w) => w,
+        Err(e) => return e,
+    };
+    let mut body = Vec::with_capacity(w.rows.len() + 128);
+    let end = if st.durable() {
+        head.to_string()
+    } else {
+        "null".into()
+    };
+    let _ = write!(
+        Bytes(&mut body),
+        "{{\"stream\":{},\"end_offset\":{},\"count\":{},\"rows\":[",
+        jstr(&st.cfg.name),
+        end,
+        w.n
+    );
+    body.extend_from_slice(&w.rows);
+    body.extend_from_slice(b"]}");
+    json(200, &body)
+}
+
+struct Bytes<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for Bytes<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+fn now_s() -> u64 {
+    (now_us() / 1_000_000).max(0) as u64
+}
+
+async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, peer: Option<IpAddr>) -> Vec<u8> {
+    let limit = match parse_limit(q, 100) {
+        Ok(n) => n,
+        Err(e) => return e,
+    };
+    let wait = match q.get("wait") {
+        None => 0.0,
+        Some(v) => match v.trim().parse::<f64>() {
+            Ok(s) if s.is_finite() && (0.0..=MAX_WAIT_S).contains(&s) => s,
+            Ok(s) if s.is_finite() && s > MAX_WAIT_S => {
+                return err(
+                    400,
+                    "resource_limit_exceeded",
+                    &format!("wait={v} is over the maximum of {MAX_WAIT_S} s"),
+                )
+            }
+            _ => {
+                return err(
+                    400,
+                    "bad_request",
+                    &format!("wait={v} is not a number of seconds ≥ 0"),
+                )
+            }
+        },
+    };
+    if !st.durable() {
+        return err(
+            409,
+            "not_durable",
+            &format!(
+                "stream {} keeps no log to page through; use /latest, SSE or WebSocket",
+                st.cfg.name
+            ),
+        );
+    }
+    let filter = match q.get("where") {
+        None => None,
+        Some(w) => match super::conn::parse_filter(st, w) {
+            Ok(f) => Some(f),
+            Err(detail) => return err(400, "bad_request", &detail),
+        },
+    };
+    let caller = peer.map(|p| p.to_string()).unwrap_or_default();
+    let binding = Binding {
+        stream: &st.cfg.name,
+        stream_id: st.stream_id.as_deref().unwrap_or(""),
+        filter: filter.as_ref().map_or("", |f| f.echo()),
+        caller: &caller,
+    };
+    let key = cursor::key();
+    let head0 = ctx.hubs[st.index].borrow().head();
+    let earliest = st.earliest.load(Ordering::Acquire).min(head0).max(1);
+    let mut next =
+        match (q.get("cursor").filter(|c| !c.is_empty()), q.get("from")) {
+            (Some(c), _) => match key.verify(&binding, c, now_s()) {
+                Ok(n) => n,
+                Err(CursorError::Invalid) => return err(
+                    400,
+                    "cursor_invalid",
+                    "this cursor was not issued for this stream, filter and caller, or was altered",
+                ),
+                Err(CursorError::Expired) => {
+                    return err(
+                        410,
+                        "cursor_expired",
+                        "this cursor has expired; start again without one",
+                    )
+                }
+            },
+            (None, None | Some("earliest")) => earliest,
+            (None, Some("latest")) => head0,
+            (None, Some(v)) => {
+                return err(
+                    400,
+                    "bad_request",
+                    &format!("from={v}: use latest or earliest"),
+                )
+            }
+        };
+    let mut missing = None;
+    if next < earliest {
+        missing = Some((next, earliest - 1));
+        next = earliest;
+    }
+    let deadline = Instant::now() + Duration::from_secs_f64(wait);
+    let mut signal: Option<Rc<Signal>> = None;
+    let scan = if filter.is_some() {
+        FILTER_SCAN_ROWS
+    } else {
+        limit
+    };
+    let w = loop {
+        let head = ctx.hubs[st.index].borrow().head();
+        let w = if next < head && limit > 0 {
+            match read_window(ctx, st, next, head, filter.as_ref(), limit, scan).await {
+                Ok(w) => w,
+                Err(e) => return e,
+            }
+        } else {
+            Window {
+                next,
+                ..Window::default()
+            }
+        };
+        if missing.is_none() {
+            missing = w.missing;
+        }
+        let now = Instant::now();
+        if w.n > 0 || missing.is_some() || now >= deadline || limit == 0 || ctx.shutting_down() {
+            break w;
+        }
+        next = w.next;
+        // nothing new: wait for a commit (attach first, then look again: no lost wake-up)
+        let s = signal.get_or_insert_with(|| {
+            let s = Rc::new(Signal::default());
+            ctx.hubs[st.index].borrow_mut().attach(&s);
+            ctx.register(&s);
+            s
+        });
+        if ctx.hubs[st.index].borrow().head() > next {
+            continue;
+        }
+        st.stats.pull_waiting.fetch_add(1, Ordering::Relaxed);
+        let _ = rt::timeout(deadline - now, s.wait()).await;
+        st.stats.pull_waiting.fetch_sub(1, Ordering::Relaxed);
+    };
+    let head = ctx.hubs[st.index].borrow().head();
+    let next_cursor = key.sign(&binding, w.next, now_s());
+    let mut body = Vec::with_capacity(w.rows.len() + 256);
+    let status = if missing.is_some() { "gap" } else { "ok" };
+    let _ = write!(
+        Bytes(&mut body),
+        "{{\"stream\":{},\"status\":\"{status}\",",
+        jstr(&st.cfg.name)
+    );
+    if let Some((a, b)) = missing {
+        let _ = write!(
+            Bytes(&mut body),
+            "\"missing\":{{\"first\":{a},\"last\":{b}}},"
+        );
+    }
+    let _ = write!(
+        Bytes(&mut body),
+        "\"count\":{},\"next_offset\":{},\"end_offset\":{head},\"next_cursor\":{},\"rows\":[",
+        w.n,
+        w.next,
+        jstr(&next_cursor)
+    );
+    body.extend_from_slice(&w.rows);
+    body.extend_from_slice(b"]}");
+    json(200, &body)
+}

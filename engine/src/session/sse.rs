@@ -1,0 +1,541 @@
+//! Server-Sent Events: `GET /NAME` with `Accept: text/event-stream`, or `GET /NAME/events`.
+//!
+//! An SSE reader is the same cursor as a WebSocket subscriber ([`super::subscriber`]): it
+//! attaches to the shard's hub, reads below the ring through the reader pool and slices shared
+//! batches above it, one vectored write per wake-up. The bytes differ: each row is the event
+//! `id: <offset>` / `data: [offset,ts,row]` / blank line, rendered once per committed batch
+//! ([`FrameBatch::sse`]) by the first SSE reader that reaches it and shared by every other one;
+//! streams nobody reads over SSE never render it.
+//!
+//! Where a stream starts: after a valid `Last-Event-ID` (header, or the `lastEventId` query
+//! parameter EventSource polyfills send), else at `?offset=N` (0: the earliest held), else now.
+//! A `Last-Event-ID` that is not a plain decimal offset (≤ 19 digits, within int64) starts from
+//! now with a warning logged at most once a minute — never an error status, since EventSource
+//! gives up for good on any non-200. An offset below what the log holds starts at the earliest
+//! held row, one beyond the end starts from now, and a resume is limited to `max_replay` rows.
+//!
+//! The stream sends `retry:` first, comment pings on idle streams (jittered between
+//! `sse.ping_min_ms` and `sse.ping_max_ms`), and ends with `event: end` + `data: {"reason":…}`:
+//! `max_age` (after `sse.max_age_s`), `shutdown`, `behind` (fell more than `max_backlog` rows
+//! behind; counted in dropped_slow), `revoked` (reserved). Open streams are capped per process
+//! (`sse.max_streams`) and per client address (`sse.max_per_client`): above either, 503 with
+//! `Retry-After: 30`.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use corecast_net::http::query::Query;
+use corecast_net::http::request::Request;
+use corecast_net::http::response::{json_error_body, ResponseHead};
+use corecast_net::rt::{self, FrameVec, ReadHalf, WriteHalf};
+use corecast_net::sse;
+
+use super::route::parse_py_int;
+use crate::config::HttpApiConfig;
+use crate::fanout::batch::FrameBatch;
+use crate::fanout::signal::Signal;
+use crate::filter::Filter;
+use crate::registry::{now_us, Stream};
+use crate::replay::ReplayJob;
+use crate::shard::ShardCtx;
+
+/// Most bytes gathered into one vectored write.
+const WRITE_BYTES_MAX: usize = 4 << 20;
+
+/// The SSE settings in force (from the config's `[sse]` table).
+#[derive(Debug, Clone)]
+pub struct SseSettings {
+    /// Open SSE streams per process.
+    pub max_streams: usize,
+    /// Open SSE streams per client address.
+    pub max_per_client: usize,
+    /// Idle gap before a ping, lower bound.
+    pub ping_min: Duration,
+    /// Idle gap before a ping, upper bound.
+    pub ping_max: Duration,
+    /// Longest life of one stream.
+    pub max_age: Duration,
+    /// The `retry:` value, ms.
+    pub retry_ms: u64,
+}
+
+impl From<&HttpApiConfig> for SseSettings {
+    fn from(c: &HttpApiConfig) -> Self {
+        SseSettings {
+            max_streams: c.sse_max_streams,
+            max_per_client: c.sse_max_per_client,
+            ping_min: Duration::from_millis(c.sse_ping_min_ms),
+            ping_max: Duration::from_millis(c.sse_ping_max_ms.max(c.sse_ping_min_ms)),
+            max_age: Duration::from_secs(c.sse_max_age_s),
+            retry_ms: c.sse_retry_ms,
+        }
+    }
+}
+
+static SETTINGS: RwLock<Option<Arc<SseSettings>>> = RwLock::new(None);
+static OPEN: AtomicUsize = AtomicUsize::new(0);
+static PER_CLIENT: Mutex<Option<HashMap<IpAddr, usize>>> = Mutex::new(None);
+static LAST_WARN_S: AtomicI64 = AtomicI64::new(i64::MIN);
+static JITTER: AtomicU64 = AtomicU64::new(0x9E37_79B9_7F4A_7C15);
+
+/// Installs the settings (at server start).
+pub fn install(cfg: &HttpApiConfig) {
+    *SETTINGS.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(SseSettings::from(cfg)));
+}
+
+fn settings() -> Arc<SseSettings> {
+    SETTINGS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+        .unwrap_or_else(|| Arc::new(SseSettings::from(&HttpApiConfig::default())))
+}
+
+/// Open SSE streams, all streams, all shards.
+pub fn open_streams() -> usize {
+    OPEN.load(Ordering::Relaxed)
+}
+
+/// One open stream's place under the caps; released on drop.
+struct Slot {
+    client: Option<IpAddr>,
+}
+
+fn acquire(client: Option<IpAddr>, s: &SseSettings) -> Option<Slot> {
+    if OPEN.fetch_add(1, Ordering::AcqRel) >= s.max_streams {
+        OPEN.fetch_sub(1, Ordering::AcqRel);
+        return None;
+    }
+    if let Some(ip) = client {
+        let mut g = PER_CLIENT.lock().unwrap_or_else(|p| p.into_inner());
+        let n = g.get_or_insert_with(HashMap::new).entry(ip).or_insert(0);
+        if *n >= s.max_per_client {
+            drop(g);
+            OPEN.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        *n += 1;
+    }
+    Some(Slot { client })
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(ip) = self.client {
+            let mut g = PER_CLIENT.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(m) = g.as_mut() {
+                if let Some(n) = m.get_mut(&ip) {
+                    *n -= 1;
+                    if *n == 0 {
+                        m.remove(&ip);
+                    }
+                }
+            }
+        }
+        OPEN.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The stream an SSE request names, if `req` is one: `GET /NAME/events` (any NAME; unknown ones
+/// get a 404), or `GET /NAME` with `Accept: text/event-stream` for a declared stream.
+pub fn wants<'a>(ctx: &ShardCtx, req: &Request, name: &'a str) -> Option<&'a str> {
+    if req.method != "GET" {
+        return None;
+    }
+    if let Some(n) = name.strip_suffix("/events") {
+        return (!n.is_empty() && !n.contains('/')).then_some(n);
+    }
+    let accepts = req
+        .headers_all("accept")
+        .any(|v| v.to_ascii_lowercase().contains("text/event-stream"));
+    (accepts && ctx.shared.registry.get(name).is_some()).then_some(name)
+}
+
+/// Where a stream starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// After this offset (Last-Event-ID).
+    After(u64),
+    /// At this offset (`?offset=`; 0 = the earliest held).
+    At(u64),
+    /// From the frontier.
+    Now,
+}
+
+fn warn_malformed(value: &str, peer: Option<IpAddr>) {
+    let now_s = now_us() / 1_000_000;
+    let last = LAST_WARN_S.load(Ordering::Relaxed);
+    if now_s.saturating_sub(last) >= 60
+        && LAST_WARN_S
+            .compare_exchange(last, now_s, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        let shown: String = value.chars().take(40).collect();
+        tracing::warn!(
+            last_event_id = ?shown,
+            peer = ?peer,
+            "malformed Last-Event-ID (not a decimal offset): streaming from now (logged at most once a minute)"
+        );
+    }
+}
+
+fn error(status: u16, code: &str, message: &str, retry_after: bool) -> Vec<u8> {
+    let mut h = ResponseHead::new(status)
+        .header("content-type", "application/json")
+        .header("cache-control", "no-cache")
+        .header("access-control-allow-origin", "*");
+    if retry_after {
+        h = h.header("retry-after", "30");
+    }
+    h.finish(&json_error_body(code, message, retry_after))
+}
+
+/// The first offset for `from` on a durable stream whose frontier is `head`.
+fn start_offset(st: &Stream, from: Start, head: u64) -> u64 {
+    if !st.durable() {
+        return head;
+    }
+    let earliest = st.earliest.load(Ordering::Acquire).min(head).max(1);
+    let first = match from {
+        Start::After(n) => n.saturating_add(1),
+        Start::At(0) => earliest,
+        Start::At(n) => n,
+        Start::Now => head,
+    };
+    if first > head {
+        return head; // ahead of the log (a stale id): from now
+    }
+    let mut first = first.max(earliest);
+    if let Some(max) = st.cfg.max_replay {
+        first = first.max(head.saturating_sub(max));
+    }
+    first
+}
+
+#[derive(Default)]
+struct State {
+    gone: Cell<bool>,
+}
+
+/// Serves one SSE stream until the client goes, the stream ages out, falls behind, or the server
+/// shuts down.
+pub async fn serve(
+    ctx: &Rc<ShardCtx>,
+    req: &Request,
+    name: &str,
+    peer: Option<IpAddr>,
+    rd: ReadHalf,
+    mut wr: WriteHalf,
+) {
+    let set = settings();
+    let Some(st) = ctx.shared.registry.get(name).cloned() else {
+        let body = error(404, "not_found", &format!("no such stream: {name}"), false);
+        let _ = wr.write_all(body).await;
+        let _ = wr.shutdown().await;
+        return;
+    };
+    let q = Query::parse(req.query.as_bytes());
+    let filter = match q.get("where") {
+        None => None,
+        Some(w) => match super::conn::parse_filter(&st, w) {
+            Ok(f) => Some(f),
+            Err(detail) => {
+                let _ = wr
+                    .write_all(error(400, "bad_request", &detail, false))
+                    .await;
+                let _ = wr.shutdown().await;
+                return;
+            }
+        },
+    };
+    let offset = match q.get("offset") {
+        None => None,
+        Some(raw) => match parse_py_int(raw) {
+            Some(n) if n >= 0 => Some(u64::try_from(n).unwrap_or(u64::MAX)),
+            _ => {
+                let msg = format!(
+                    "offset={raw} is not an offset (an integer ≥ 0; 0 means the earliest held)"
+                );
+                let _ = wr.write_all(error(400, "bad_request", &msg, false)).await;
+                let _ = wr.shutdown().await;
+                return;
+            }
+        },
+    };
+    let last_id = req
+        .header("last-event-id")
+        .or_else(|| q.get("lastEventId"))
+        .filter(|v| !v.is_empty());
+    let from = match last_id {
+        Some(v) => match sse::parse_last_event_id(v) {
+            Some(n) => Start::After(n),
+            None => {
+                warn_malformed(v, peer);
+                Start::Now
+            }
+        },
+        None => offset.map_or(Start::Now, Start::At),
+    };
+    if ctx.shutting_down() {
+        super::metrics::count_refusal(503);
+        let _ = wr
+            .write_all(error(503, "shutting_down", "server shutting down", true))
+            .await;
+        let _ = wr.shutdown().await;
+        return;
+    }
+    let Some(_slot) = acquire(peer, &set) else {
+        super::metrics::count_refusal(503);
+        let msg = "too many open SSE streams (per process or per client); retry later";
+        let _ = wr
+            .write_all(error(503, "too_many_streams", msg, true))
+            .await;
+        let _ = wr.shutdown().await;
+        return;
+    };
+    // attach and read the frontier in one step on this thread: no gap, no duplicate
+    let signal = Rc::new(Signal::default());
+    let head = {
+        let mut hub = ctx.hubs[st.index].borrow_mut();
+        hub.attach(&signal);
+        hub.head()
+    };
+    let next = start_offset(&st, from, head);
+    let mut out = ResponseHead::new(200)
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .header("x-accel-buffering", "no")
+        .header("access-control-allow-origin", "*")
+        .header("connection", "close")
+        .finish_head();
+    sse::push_retry(set.retry_ms, &mut out);
+    let (res, _) = wr.write_all(out).await;
+    if res.is_err() {
+        return;
+    }
+    let state = Rc::new(State::default());
+    rt::spawn(watch(rd, state.clone(), signal.clone()));
+    ctx.register(&signal);
+    st.stats.sse_subscribers.fetch_add(1, Ordering::Relaxed);
+    let lag = st.stats.lag.register(next);
+    let reason = run(
+        ctx,
+        &st,
+        &mut wr,
+        &state,
+        &signal,
+        &set,
+        next,
+        head,
+        filter.as_ref(),
+        &lag,
+    )
+    .await;
+    st.stats.sse_subscribers.fetch_sub(1, Ordering::Relaxed);
+    if let Some(reason) = reason {
+        let mut bye = Vec::with_capacity(64);
+        sse::push_named_event(
+            "end",
+            format!("{{\"reason\":\"{reason}\"}}").as_bytes(),
+            &mut bye,
+        );
+        let _ = rt::timeout(Duration::from_secs(5), wr.write_all(bye)).await;
+    }
+    let _ = wr.shutdown().await;
+}
+
+/// Reads (and drops) whatever the client sends, to notice when it goes.
+async fn watch(mut rd: ReadHalf, state: Rc<State>, signal: Rc<Signal>) {
+    let mut buf = Vec::with_capacity(512);
+    loop {
+        buf.clear();
+        match rd.read_into(buf, 512).await {
+            (Ok(n), b) if n > 0 => buf = b,
+            _ => {
+                state.gone.set(true);
+                signal.raise();
+                return;
+            }
+        }
+    }
+}
+
+fn ping_gap(set: &SseSettings) -> Duration {
+    let spread = set.ping_max.saturating_sub(set.ping_min).as_millis() as u64;
+    // xorshift over a shared seed: cheap jitter, no RNG dependency
+    let mut x = JITTER.load(Ordering::Relaxed) ^ (now_us() as u64);
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    JITTER.store(x, Ordering::Relaxed);
+    set.ping_min + Duration::from_millis(if spread == 0 { 0 } else { x % (spread + 1) })
+}
+
+/// Adds the SSE events of `batch` from sequence `from` that pass `filter` to `fv`; returns the
+/// next sequence owed and the events added.
+fn gather(batch: &FrameBatch, from: u64, filter: Option<&Filter>, fv: &mut FrameVec) -> (u64, u64) {
+    let ev = batch.sse();
+    let mut i = from.saturating_sub(batch.first) as usize;
+    let n = batch.len();
+    let mut events = 0u64;
+    match filter {
+        None => {
+            let mut j = i;
+            while j < n && fv.len() + ev.bytes_between(i, j + 1) <= WRITE_BYTES_MAX {
+                j += 1;
+            }
+            if j == i && i < n && fv.is_empty() {
+                j = i + 1;
+            }
+            if j > i {
+                fv.push(ev.slice(i, j));
+                events = (j - i) as u64;
+            }
+            i = j;
+        }
+        Some(f) => {
+            let mut run_start: Option<usize> = None;
+            while i < n {
+                if fv.len() >= WRITE_BYTES_MAX || fv.parts() + 1 >= FrameVec::MAX_IOV {
+                    break;
+                }
+                if f.matches(batch.row(i)) {
+                    run_start.get_or_insert(i);
+                    events += 1;
+                } else if let Some(s) = run_start.take() {
+                    fv.push(ev.slice(s, i));
+                }
+                i += 1;
+            }
+            if let Some(s) = run_start {
+                fv.push(ev.slice(s, i));
+            }
+        }
+    }
+    (batch.first + i as u64, events)
+}
+
+async fn write(st: &Stream, wr: &mut WriteHalf, fv: &mut FrameVec, events: u64) -> Option<()> {
+    let bytes = fv.len() as u64;
+    let (res, back) = wr.write_frames(std::mem::take(fv)).await;
+    *fv = back;
+    res.ok()?;
+    st.stats.frames_out.fetch_add(events, Ordering::Relaxed);
+    st.stats.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+    if events > 0 {
+        st.stats.last_send_us.store(now_us(), Ordering::Relaxed);
+    }
+    Some(())
+}
+
+/// The stream's loop; `Some(reason)` when it ends with a goodbye, `None` when the client went or
+/// a write failed.
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    ctx: &ShardCtx,
+    st: &Stream,
+    wr: &mut WriteHalf,
+    state: &State,
+    signal: &Signal,
+    set: &SseSettings,
+    mut next: u64,
+    replay_end: u64,
+    filter: Option<&Filter>,
+    lag: &AtomicU64,
+) -> Option<&'static str> {
+    let deadline = Instant::now() + set.max_age;
+    let mut last_write = Instant::now();
+    let mut gap = ping_gap(set);
+    let mut fv = FrameVec::new();
+    loop {
+        if state.gone.get() {
+            return None;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Some("max_age");
+        }
+        let (head, base) = {
+            let hub = ctx.hubs[st.index].borrow();
+            (hub.head(), hub.base())
+        };
+        if head.saturating_sub(next.max(replay_end)) > st.cfg.max_backlog {
+            st.stats.sse_dropped_slow.fetch_add(1, Ordering::Relaxed);
+            return Some("behind");
+        }
+        let mut events = 0u64;
+        if next < head {
+            if next < base && st.durable() {
+                let (tx, rx) = flume::bounded(1);
+                let job = ReplayJob {
+                    stream: st.index,
+                    from: next,
+                    to: base,
+                    reply: tx,
+                };
+                if ctx.shared.replay.submit(job).is_err() {
+                    return Some("shutdown");
+                }
+                match rx.recv_async().await {
+                    Ok(Ok(batch)) if batch.is_empty() => next = base,
+                    Ok(Ok(batch)) => {
+                        let mut from = next.max(batch.first);
+                        while from < batch.end() {
+                            let (n, e) = gather(&batch, from, filter, &mut fv);
+                            events += e;
+                            from = n;
+                            if from < batch.end() {
+                                write(st, wr, &mut fv, events).await?;
+                                events = 0;
+                            }
+                        }
+                        next = batch.end();
+                    }
+                    _ => return None,
+                }
+            } else {
+                next = next.max(base);
+                let hub = ctx.hubs[st.index].borrow();
+                for b in hub.batches_from(next) {
+                    let (n, e) = gather(b, next, filter, &mut fv);
+                    next = n;
+                    events += e;
+                    if n < b.end() {
+                        break;
+                    }
+                }
+            }
+        }
+        if !fv.is_empty() {
+            write(st, wr, &mut fv, events).await?;
+            lag.store(next, Ordering::Relaxed);
+            last_write = Instant::now();
+            continue;
+        }
+        lag.store(next, Ordering::Relaxed);
+        if ctx.shutting_down()
+            && ctx.shared.publishers_open.load(Ordering::SeqCst) == 0
+            && next >= head
+        {
+            return Some("shutdown");
+        }
+        let now = Instant::now();
+        let ping_at = last_write + gap;
+        if now >= ping_at {
+            let mut p = Vec::with_capacity(8);
+            sse::push_comment("ping", &mut p);
+            fv.push(bytes::Bytes::from(p));
+            write(st, wr, &mut fv, 0).await?;
+            last_write = Instant::now();
+            gap = ping_gap(set);
+            continue;
+        }
+        let wait = ping_at.min(deadline).saturating_duration_since(now);
+        let _ = rt::timeout(wait, signal.wait()).await;
+    }
+}
