@@ -125,10 +125,28 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
     crate::cursor::install(key);
     crate::session::sse::install(&cfg.http_api);
     // SO_REUSEPORT would let a second server share the port silently: probe without it first.
-    let probe = StdListener::bind(cfg.listen).map_err(|e| StartError::Listen {
-        addr: cfg.listen,
-        reason: e.to_string(),
-    })?;
+    // A port whose previous owner just exited can stay busy for a moment while its last
+    // connections close: retry for up to 2 s before calling it in use.
+    let probe = {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        loop {
+            match StdListener::bind(cfg.listen) {
+                Ok(l) => break l,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::AddrInUse
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                Err(e) => {
+                    return Err(StartError::Listen {
+                        addr: cfg.listen,
+                        reason: e.to_string(),
+                    })
+                }
+            }
+        }
+    };
     let addr = probe
         .local_addr()
         .map_err(|e| StartError::Other(e.to_string()))?;

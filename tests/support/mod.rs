@@ -311,6 +311,7 @@ pub fn start_server_at(config: Option<&Path>, data: &Path, listen: &str) -> Serv
 }
 
 /// Like [`start_server_at`]; `Err` with the server's stderr when it exits before listening.
+#[allow(clippy::zombie_processes)] // the child is owned (killed and waited) by `Server`
 pub fn try_start_server_at(
     config: Option<&Path>,
     data: &Path,
