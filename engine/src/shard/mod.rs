@@ -27,6 +27,10 @@ use crate::session::conn;
 /// How long shutdown waits for publishers to be answered before closing subscribers anyway.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Committed batches a shard's inbox holds before the writers wait for it (backpressure that
+/// reaches publishers through `max_inbound`; a healthy shard drains its inbox in microseconds).
+pub const INBOX_BATCHES: usize = 4096;
+
 /// A message to a shard's inbox.
 pub enum ShardMsg {
     /// A committed batch of a stream, to append to this shard's hub.
