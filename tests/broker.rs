@@ -54,7 +54,9 @@ schema = "{}"
 // helpers
 
 fn trade_codec() -> RowCodec {
-    let text = std::fs::read_to_string(support::shared_dir().join("tools/anchor/trade.schema.json")).unwrap();
+    let text =
+        std::fs::read_to_string(support::shared_dir().join("tools/anchor/trade.schema.json"))
+            .unwrap();
     RowCodec::Schema(Schema::compile(&text).expect("trade schema compiles"))
 }
 
@@ -109,7 +111,11 @@ fn greeting_text(data: &Path, g: &G) -> String {
         let dir = data.canonicalize().unwrap().join(g.stream);
         (
             format!("\"file://{}/{}.metadata.json\"", dir.display(), g.stream),
-            format!("\"file://{}/{}.metadata/version-hint.text\"", dir.display(), g.stream),
+            format!(
+                "\"file://{}/{}.metadata/version-hint.text\"",
+                dir.display(),
+                g.stream
+            ),
         )
     } else {
         ("null".into(), "null".into())
@@ -118,7 +124,8 @@ fn greeting_text(data: &Path, g: &G) -> String {
         r#"{{"streamcast":4,"stream":"{}","end_offset":{},"replay":{},"durable":{durable},"group_commit":{durable},"schema":{},"metadata":{meta},"metadata_hint":{hint},"stream_id":{},"where":{}"#,
         g.stream,
         opt(g.end),
-        g.replay.map_or("null".into(), |(a, b)| format!("[{a},{b}]")),
+        g.replay
+            .map_or("null".into(), |(a, b)| format!("[{a},{b}]")),
         g.schema.unwrap_or("null"),
         g.stream_id.map_or("null".into(), |i| format!("\"{i}\"")),
         g.where_.unwrap_or("null"),
@@ -137,7 +144,11 @@ fn greeting_text(data: &Path, g: &G) -> String {
 fn stream_id_of(greeting: &str) -> String {
     let v: sonic_rs::Value = sonic_rs::from_str(greeting).unwrap();
     use sonic_rs::JsonValueTrait;
-    let id = v.get("stream_id").and_then(|x| x.as_str()).expect("stream_id").to_string();
+    let id = v
+        .get("stream_id")
+        .and_then(|x| x.as_str())
+        .expect("stream_id")
+        .to_string();
     assert_eq!(id.len(), 36, "{id}");
     for (i, c) in id.chars().enumerate() {
         if [8, 13, 18, 23].contains(&i) {
@@ -151,11 +162,18 @@ fn stream_id_of(greeting: &str) -> String {
 
 /// `[offset,ts,row]` split without re-encoding the row.
 fn split_frame(s: &str) -> (Option<u64>, i64, &str) {
-    assert!(s.starts_with('[') && s.ends_with(']'), "not a data frame: {s}");
+    assert!(
+        s.starts_with('[') && s.ends_with(']'),
+        "not a data frame: {s}"
+    );
     let inner = &s[1..s.len() - 1];
     let (o, rest) = inner.split_once(',').expect("offset");
     let (t, row) = rest.split_once(',').expect("ts");
-    let off = if o == "null" { None } else { Some(o.parse().expect("int offset")) };
+    let off = if o == "null" {
+        None
+    } else {
+        Some(o.parse().expect("int offset"))
+    };
     (off, t.parse().expect("int ts"), row)
 }
 
@@ -209,7 +227,13 @@ fn next_close(ws: &mut Ws) -> (u16, String) {
 fn publish_all(ws: &mut Ws, rows: &[String], per_frame: usize, window: usize) -> Vec<u64> {
     let frames: Vec<String> = rows
         .chunks(per_frame)
-        .map(|c| if per_frame == 1 { c[0].clone() } else { format!("[{}]", c.join(",")) })
+        .map(|c| {
+            if per_frame == 1 {
+                c[0].clone()
+            } else {
+                format!("[{}]", c.join(","))
+            }
+        })
         .collect();
     let mut acks = Vec::with_capacity(rows.len());
     let mut in_flight = 0;
@@ -239,7 +263,9 @@ fn ok_offsets(reply: &str) -> Vec<u64> {
         .strip_prefix("{\"ok\":[")
         .and_then(|r| r.strip_suffix("]}"))
         .unwrap_or_else(|| panic!("not a plain ok reply: {reply}"));
-    body.split(',').map(|x| x.parse().expect("offset")).collect()
+    body.split(',')
+        .map(|x| x.parse().expect("offset"))
+        .collect()
 }
 
 fn okr(range: std::ops::RangeInclusive<u64>) -> String {
@@ -321,7 +347,10 @@ impl Raw {
         assert_eq!(b[1] & 0x80, 0, "server frames are unmasked");
         match b[1] & 0x7f {
             126 if b.len() >= 4 => Some((4, u16::from_be_bytes([b[2], b[3]]) as usize)),
-            127 if b.len() >= 10 => Some((10, u64::from_be_bytes(b[2..10].try_into().unwrap()) as usize)),
+            127 if b.len() >= 10 => Some((
+                10,
+                u64::from_be_bytes(b[2..10].try_into().unwrap()) as usize,
+            )),
             126 | 127 => None,
             n => Some((2, n as usize)),
         }
@@ -344,7 +373,12 @@ impl Raw {
 
     fn text(&mut self) -> String {
         let (b0, p) = self.next();
-        assert_eq!(b0, 0x81, "a final text frame: {}", String::from_utf8_lossy(&p));
+        assert_eq!(
+            b0,
+            0x81,
+            "a final text frame: {}",
+            String::from_utf8_lossy(&p)
+        );
         String::from_utf8(p).unwrap()
     }
 
@@ -416,7 +450,10 @@ fn split_frames(bytes: &[u8]) -> Vec<&str> {
     while i < bytes.len() {
         let (h, p) = match bytes[i + 1] & 0x7f {
             126 => (4, u16::from_be_bytes([bytes[i + 2], bytes[i + 3]]) as usize),
-            127 => (10, u64::from_be_bytes(bytes[i + 2..i + 10].try_into().unwrap()) as usize),
+            127 => (
+                10,
+                u64::from_be_bytes(bytes[i + 2..i + 10].try_into().unwrap()) as usize,
+            ),
             n => (2, n as usize),
         };
         out.push(std::str::from_utf8(&bytes[i + h..i + h + p]).unwrap());
@@ -453,15 +490,44 @@ fn greetings_are_byte_exact_and_stream_id_survives_restart() {
     assert_eq!(g, greeting_text(&data, &base));
     // EARLIEST on an empty log is the frontier, not a refusal
     let g = keep_open(&mut keep, &srv, "trades?offset=0");
-    assert_eq!(g, greeting_text(&data, &G { replay: Some((1, 1)), ..base }));
-    let g = keep_open(&mut keep, &srv, &format!("trades?where={}", pct(r#"{"side":1}"#)));
-    assert_eq!(g, greeting_text(&data, &G { where_: Some(r#"{"side":1}"#), ..base }));
+    assert_eq!(
+        g,
+        greeting_text(
+            &data,
+            &G {
+                replay: Some((1, 1)),
+                ..base
+            }
+        )
+    );
+    let g = keep_open(
+        &mut keep,
+        &srv,
+        &format!("trades?where={}", pct(r#"{"side":1}"#)),
+    );
+    assert_eq!(
+        g,
+        greeting_text(
+            &data,
+            &G {
+                where_: Some(r#"{"side":1}"#),
+                ..base
+            }
+        )
+    );
 
     // after 8 rows: offset=1 with where= changes end_offset, replay and where only
     for i in 1..=8 {
-        assert_eq!(call(&mut publ, &trade(i, "BTCUSD")), format!("{{\"ok\":[{i}]}}"));
+        assert_eq!(
+            call(&mut publ, &trade(i, "BTCUSD")),
+            format!("{{\"ok\":[{i}]}}")
+        );
     }
-    let g = keep_open(&mut keep, &srv, &format!("trades?offset=1&where={}", pct(r#"{"side": 1}"#)));
+    let g = keep_open(
+        &mut keep,
+        &srv,
+        &format!("trades?offset=1&where={}", pct(r#"{"side": 1}"#)),
+    );
     assert_eq!(
         g,
         greeting_text(
@@ -475,9 +541,28 @@ fn greetings_are_byte_exact_and_stream_id_survives_restart() {
         )
     );
     let g = keep_open(&mut keep, &srv, "trades");
-    assert_eq!(g, greeting_text(&data, &G { end: Some(9), ..base }));
+    assert_eq!(
+        g,
+        greeting_text(
+            &data,
+            &G {
+                end: Some(9),
+                ..base
+            }
+        )
+    );
     let g = keep_open(&mut keep, &srv, "trades?offset=9");
-    assert_eq!(g, greeting_text(&data, &G { end: Some(9), replay: Some((9, 9)), ..base }));
+    assert_eq!(
+        g,
+        greeting_text(
+            &data,
+            &G {
+                end: Some(9),
+                replay: Some((9, 9)),
+                ..base
+            }
+        )
+    );
 
     // live-only stream without a schema: nulls everywhere
     let live = G {
@@ -497,8 +582,21 @@ fn greetings_are_byte_exact_and_stream_id_survives_restart() {
         g,
         r#"{"streamcast":4,"stream":"live","end_offset":null,"replay":null,"durable":false,"group_commit":false,"schema":null,"metadata":null,"metadata_hint":null,"stream_id":null,"where":null}"#
     );
-    let g = keep_open(&mut keep, &srv, &format!("live?where={}", pct(r#"{"anything":[1,"x"]}"#)));
-    assert_eq!(g, greeting_text(&data, &G { where_: Some(r#"{"anything":[1,"x"]}"#), ..live }));
+    let g = keep_open(
+        &mut keep,
+        &srv,
+        &format!("live?where={}", pct(r#"{"anything":[1,"x"]}"#)),
+    );
+    assert_eq!(
+        g,
+        greeting_text(
+            &data,
+            &G {
+                where_: Some(r#"{"anything":[1,"x"]}"#),
+                ..live
+            }
+        )
+    );
 
     // exactly-once publisher: a new id, then the mark after seqs 1 to 5
     let (mut p1, g) = open(&srv, "orders?publish&publisher=p1");
@@ -515,39 +613,90 @@ fn greetings_are_byte_exact_and_stream_id_survives_restart() {
     };
     assert_eq!(g, greeting_text(&data, &orders));
     for s in 1..=5 {
-        assert_eq!(call(&mut p1, &format!("[{s},{}]", trade(s as i64, "X"))), format!("{{\"ok\":[{s}]}}"));
+        assert_eq!(
+            call(&mut p1, &format!("[{s},{}]", trade(s as i64, "X"))),
+            format!("{{\"ok\":[{s}]}}")
+        );
     }
     drop(p1);
     // the claim may still be held for a moment by the closing connection: a takeover is fine too
-    let g = keep_open(&mut keep, &srv, &format!("orders?publish&publisher={}", pct("p1")));
+    let g = keep_open(
+        &mut keep,
+        &srv,
+        &format!("orders?publish&publisher={}", pct("p1")),
+    );
     assert_eq!(
         g,
-        greeting_text(&data, &G { end: Some(6), publisher: Some(("p1", 5, Some(5))), ..orders })
+        greeting_text(
+            &data,
+            &G {
+                end: Some(6),
+                publisher: Some(("p1", 5, Some(5))),
+                ..orders
+            }
+        )
     );
     // a subscriber of an exactly-once stream gets no publisher key
     let g = keep_open(&mut keep, &srv, "orders");
-    assert_eq!(g, greeting_text(&data, &G { end: Some(6), publisher: None, ..orders }));
+    assert_eq!(
+        g,
+        greeting_text(
+            &data,
+            &G {
+                end: Some(6),
+                publisher: None,
+                ..orders
+            }
+        )
+    );
     drop(publ);
     // one subscriber stays to see the shutdown close; the others leave first
     let mut watcher = keep.pop().unwrap();
     drop(keep);
     let closer = std::thread::spawn(move || next_close(&mut watcher));
     assert_eq!(srv.stop(), Some(0));
-    assert_eq!(closer.join().unwrap(), (1001, "server shutting down".to_string()));
+    assert_eq!(
+        closer.join().unwrap(),
+        (1001, "server shutting down".to_string())
+    );
 
     // restart: the same ids, the frontier and the marks come back
     let srv = Server::start(Some(&cfg), &data, &[]);
     let (_s, g) = open(&srv, "trades?offset=0");
-    assert_eq!(g, greeting_text(&data, &G { end: Some(9), replay: Some((1, 9)), ..base }));
+    assert_eq!(
+        g,
+        greeting_text(
+            &data,
+            &G {
+                end: Some(9),
+                replay: Some((1, 9)),
+                ..base
+            }
+        )
+    );
     let (_p, g) = open(&srv, "orders?publish&publisher=p1");
     assert_eq!(
         g,
-        greeting_text(&data, &G { end: Some(6), publisher: Some(("p1", 5, Some(5))), ..orders })
+        greeting_text(
+            &data,
+            &G {
+                end: Some(6),
+                publisher: Some(("p1", 5, Some(5))),
+                ..orders
+            }
+        )
     );
     let (_p, g) = open(&srv, "orders?publish&publisher=p2");
     assert_eq!(
         g,
-        greeting_text(&data, &G { end: Some(6), publisher: Some(("p2", 0, None)), ..orders })
+        greeting_text(
+            &data,
+            &G {
+                end: Some(6),
+                publisher: Some(("p2", 0, None)),
+                ..orders
+            }
+        )
     );
     srv.kill9();
 }
@@ -572,32 +721,59 @@ fn replay_windows_splice_into_live_without_gap_or_duplicate() {
     let (_, ts1, _) = split_frame(&f1);
     assert_eq!(
         f1,
-        format!(r#"[1,{ts1},{{"event_ts":1796081766304281,"price":85565.0,"amount":1.0,"side":1,"symbol":"BTCUSD","trade_id":1}}]"#)
+        format!(
+            r#"[1,{ts1},{{"event_ts":1796081766304281,"price":85565.0,"amount":1.0,"side":1,"symbol":"BTCUSD","trade_id":1}}]"#
+        )
     );
-    assert!((ts1 - now_us()).abs() < 60_000_000, "ts is µs since the epoch: {ts1}");
+    assert!(
+        (ts1 - now_us()).abs() < 60_000_000,
+        "ts is µs since the epoch: {ts1}"
+    );
 
     // a batch shares one ts; rows 2..=10
     let rows: Vec<String> = (2..=10).map(|i| trade(i, "BTCUSD")).collect();
     let canon_rows: Vec<String> = rows.iter().map(|r| canon(&codec, r)).collect();
-    assert_eq!(call(&mut publ, &format!("[{}]", rows.join(","))), okr(2..=10));
+    assert_eq!(
+        call(&mut publ, &format!("[{}]", rows.join(","))),
+        okr(2..=10)
+    );
     let live_frames = expect_rows(&mut live0, 2, &canon_rows);
     let ts_batch: Vec<i64> = live_frames.iter().map(|f| split_frame(f).1).collect();
-    assert!(ts_batch.iter().all(|t| *t == ts_batch[0]), "one stamp per publish frame");
+    assert!(
+        ts_batch.iter().all(|t| *t == ts_batch[0]),
+        "one stamp per publish frame"
+    );
     assert!(ts_batch[0] >= ts1);
 
     // replay windows: [N, end) exactly, then live frames; replayed bytes equal live bytes
     let mut all_live = vec![f1.clone()];
     all_live.extend(live_frames.iter().cloned());
     let mut subs = Vec::new();
-    for (q, first) in [("offset=4", 4u64), ("offset=0", 1), ("offset=1", 1), ("offset=11", 11), ("offset=%2B3", 3)] {
+    for (q, first) in [
+        ("offset=4", 4u64),
+        ("offset=0", 1),
+        ("offset=1", 1),
+        ("offset=11", 11),
+        ("offset=%2B3", 3),
+    ] {
         let (mut ws, g) = open(&srv, &format!("trades?{q}"));
-        assert!(g.contains(&format!("\"end_offset\":11,\"replay\":[{first},11],")), "{q}: {g}");
+        assert!(
+            g.contains(&format!("\"end_offset\":11,\"replay\":[{first},11],")),
+            "{q}: {g}"
+        );
         for off in first..11 {
-            assert_eq!(recv_text(&mut ws), all_live[(off - 1) as usize], "{q}: offset {off}");
+            assert_eq!(
+                recv_text(&mut ws),
+                all_live[(off - 1) as usize],
+                "{q}: offset {off}"
+            );
         }
         subs.push((q, ws, 11u64));
     }
-    let (w, g) = open(&srv, &format!("trades?offset=1&where={}", pct(r#"{"side":[1]}"#)));
+    let (w, g) = open(
+        &srv,
+        &format!("trades?offset=1&where={}", pct(r#"{"side":[1]}"#)),
+    );
     assert!(g.contains("\"replay\":[1,11],"), "{g}");
     let mut filtered = w;
     for off in [1u64, 3, 5, 7, 9] {
@@ -622,40 +798,73 @@ fn replay_windows_splice_into_live_without_gap_or_duplicate() {
     // live-only stream: null offsets, the publisher's own key order and values
     let (mut lp, _) = open(&srv, "live?publish");
     let (mut ls, _) = open(&srv, "live");
-    assert_eq!(call(&mut lp, r#"{"b":2,"a":1.0,"flag":true,"n":null}"#), r#"{"ok":[null]}"#);
-    assert_eq!(call(&mut lp, r#"[{"x":"é"},{"y":[1,{"z":1e-7}]}]"#), r#"{"ok":[null,null]}"#);
+    assert_eq!(
+        call(&mut lp, r#"{"b":2,"a":1.0,"flag":true,"n":null}"#),
+        r#"{"ok":[null]}"#
+    );
+    assert_eq!(
+        call(&mut lp, r#"[{"x":"é"},{"y":[1,{"z":1e-7}]}]"#),
+        r#"{"ok":[null,null]}"#
+    );
     let f = recv_text(&mut ls);
     let (_, t, _) = split_frame(&f);
-    assert_eq!(f, format!(r#"[null,{t},{{"b":2,"a":1.0,"flag":true,"n":null}}]"#));
+    assert_eq!(
+        f,
+        format!(r#"[null,{t},{{"b":2,"a":1.0,"flag":true,"n":null}}]"#)
+    );
     let f = recv_text(&mut ls);
     let (_, t2, _) = split_frame(&f);
     assert_eq!(f, format!(r#"[null,{t2},{{"x":"é"}}]"#));
-    assert_eq!(recv_text(&mut ls), format!(r#"[null,{t2},{{"y":[1,{{"z":1e-7}}]}}]"#));
+    assert_eq!(
+        recv_text(&mut ls),
+        format!(r#"[null,{t2},{{"y":[1,{{"z":1e-7}}]}}]"#)
+    );
     drop((publ, lp, live0, subs, filtered, ls));
     assert_eq!(srv.stop(), Some(0));
 
     // after a restart the ring is empty: replay comes from the log (reader pool) while a
     // publisher keeps going; every subscriber splices into live exactly once
     let srv = Server::start(Some(&cfg), &data, &[]);
+    // a filtered replay from the log (`+` is a space in the query, as the official client sends)
+    let mut fsub = Raw::connect(
+        srv.addr,
+        "/trades?offset=1&where=%7B%22symbol%22:+%22ETHUSD%22%7D",
+    );
+    let g = fsub.text();
+    assert!(
+        g.contains(r#""end_offset":16,"replay":[1,16],"#)
+            && g.ends_with(r#""where":{"symbol":"ETHUSD"}}"#),
+        "{g}"
+    );
+    for off in 11..=15u64 {
+        assert_eq!(
+            fsub.text(),
+            live_more[(off - 11) as usize],
+            "filtered replay, offset {off}"
+        );
+    }
     let (mut publ, _) = open(&srv, "trades?publish");
     let bulk: Vec<String> = (16..=3015).map(|i| trade(i, "SOLUSD")).collect();
     let acks = publish_all(&mut publ, &bulk, 50, 8);
     assert_eq!(acks, (16..=3015).collect::<Vec<u64>>());
     let bulk_canon: Vec<String> = bulk.iter().map(|r| canon(&codec, r)).collect();
     let final_end = 6015u64;
-    let rows2: Vec<String> = (3016..final_end as i64).map(|i| trade(i, "SOLUSD")).collect();
-    let addr = srv.addr;
+    let rows2: Vec<String> = (3016..final_end as i64)
+        .map(|i| trade(i, "SOLUSD"))
+        .collect();
     let pubber = std::thread::spawn(move || {
         let mut acks = Vec::new();
         for chunk in rows2.chunks(300) {
             acks.extend(publish_all(&mut publ, chunk, 10, 4));
             std::thread::sleep(Duration::from_millis(5));
         }
-        let _ = addr;
         acks
     });
     let mut joined = Vec::new();
-    for (k, q) in ["offset=0", "offset=2000", "", "offset=1", "offset=3000", ""].iter().enumerate() {
+    for (k, q) in ["offset=0", "offset=2000", "", "offset=1", "offset=3000", ""]
+        .iter()
+        .enumerate()
+    {
         std::thread::sleep(Duration::from_millis(40 * k as u64));
         let mut r = Raw::connect(srv.addr, &format!("/trades?{q}"));
         let g = r.text();
@@ -695,12 +904,32 @@ fn replay_windows_splice_into_live_without_gap_or_duplicate() {
             if let Some(w) = want {
                 assert_eq!(row, w, "{q}: offset {off}");
             } else if off > 3015 {
-                assert_eq!(row, canon(&codec, &trade(off as i64, "SOLUSD")), "{q}: offset {off}");
+                assert_eq!(
+                    row,
+                    canon(&codec, &trade(off as i64, "SOLUSD")),
+                    "{q}: offset {off}"
+                );
             } else {
-                assert_eq!(f, all_live[(off - 1) as usize], "{q}: replayed bytes equal live bytes");
+                assert_eq!(
+                    f,
+                    all_live[(off - 1) as usize],
+                    "{q}: replayed bytes equal live bytes"
+                );
             }
         }
     }
+    // the filtered subscriber skipped all 6000 SOLUSD rows: its next frame is the next ETHUSD row
+    let (mut p2, _) = open(&srv, "trades?publish");
+    assert_eq!(
+        call(&mut p2, &trade(final_end as i64, "ETHUSD")),
+        format!("{{\"ok\":[{final_end}]}}")
+    );
+    let f = fsub.text();
+    assert_eq!(split_frame(&f).0, Some(final_end));
+    assert_eq!(
+        split_frame(&f).2,
+        canon(&codec, &trade(final_end as i64, "ETHUSD"))
+    );
     srv.kill9();
 }
 
@@ -715,50 +944,174 @@ fn refusals_carry_exact_codes_and_reasons() {
     let srv = Server::start(Some(&cfg), &data, &[]);
     let (mut p, _) = open(&srv, "small?publish");
     assert_eq!(
-        call(&mut p, &format!("[{}]", (1..=10).map(|i| trade(i, "A")).collect::<Vec<_>>().join(","))),
+        call(
+            &mut p,
+            &format!(
+                "[{}]",
+                (1..=10)
+                    .map(|i| trade(i, "A"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        ),
         okr(1..=10)
     );
     let (mut p, _) = open(&srv, "trades?publish");
     assert_eq!(call(&mut p, &trade(1, "A")), okr(1..=1));
 
     let nr = |fields: &str| format!(r#"{{"error":"not_replayable",{fields}}}"#);
-    let br = |detail: &str| format!(r#"{{"error":"bad_request","detail":{}}}"#, sonic_rs::to_string(detail).unwrap());
+    let br = |detail: &str| {
+        format!(
+            r#"{{"error":"bad_request","detail":{}}}"#,
+            sonic_rs::to_string(detail).unwrap()
+        )
+    };
     let cases: Vec<(String, u16, String)> = vec![
         // 4416
-        ("small?offset=12".into(), 4416, nr(r#""why":"ahead","offset":12,"end_offset":11"#)),
-        ("trades?offset=3".into(), 4416, nr(r#""why":"ahead","offset":3,"end_offset":2"#)),
-        ("small?offset=5".into(), 4416, nr(r#""why":"too_old","offset":5,"behind":6,"max_replay":5"#)),
-        ("small?offset=0".into(), 4416, nr(r#""why":"too_old","offset":1,"behind":10,"max_replay":5"#)),
+        (
+            "small?offset=12".into(),
+            4416,
+            nr(r#""why":"ahead","offset":12,"end_offset":11"#),
+        ),
+        (
+            "trades?offset=3".into(),
+            4416,
+            nr(r#""why":"ahead","offset":3,"end_offset":2"#),
+        ),
+        (
+            "small?offset=5".into(),
+            4416,
+            nr(r#""why":"too_old","offset":5,"behind":6,"max_replay":5"#),
+        ),
+        (
+            "small?offset=0".into(),
+            4416,
+            nr(r#""why":"too_old","offset":1,"behind":10,"max_replay":5"#),
+        ),
         ("live?offset=1".into(), 4416, nr(r#""why":"not_durable""#)),
         ("live?offset=0".into(), 4416, nr(r#""why":"not_durable""#)),
         // 4404
-        ("nope".into(), 4404, r#"{"error":"no_such_stream","serves":["live","nested","orders","small","trades"]}"#.into()),
-        ("nope?publish".into(), 4404, r#"{"error":"no_such_stream","serves":["live","nested","orders","small","trades"]}"#.into()),
+        (
+            "nope".into(),
+            4404,
+            r#"{"error":"no_such_stream","serves":["live","nested","orders","small","trades"]}"#
+                .into(),
+        ),
+        (
+            "nope?publish".into(),
+            4404,
+            r#"{"error":"no_such_stream","serves":["live","nested","orders","small","trades"]}"#
+                .into(),
+        ),
         // 4412
-        ("trades?publish&publisher=p1".into(), 4412, r#"{"error":"exactly_once_unavailable","why":"stream"}"#.into()),
+        (
+            "trades?publish&publisher=p1".into(),
+            4412,
+            r#"{"error":"exactly_once_unavailable","why":"stream"}"#.into(),
+        ),
         // 4400: the query
-        ("trades?foo=1".into(), 4400, br("unknown query parameter(s): foo")),
-        ("trades?offset=1&limit=2&format=arrow".into(), 4400, br("unknown query parameter(s): limit, format")),
-        ("trades?publish&offset=1".into(), 4400, br("publish and offset are different requests; pass one")),
-        ("trades?publish=0&offset=0".into(), 4400, br("publish and offset are different requests; pass one")),
-        (format!("trades?publish&where={}", pct("{}")), 4400, br("publish takes no where=; a publisher receives nothing")),
-        ("trades?publisher=p1".into(), 4400, br("publisher= names an exactly-once publisher; it needs publish")),
-        (format!("orders?publish&publisher={}", "x".repeat(200)), 4400, br("a publisher id is 1 to 128 bytes of UTF-8; got 200")),
-        ("trades?offset=-1".into(), 4400, br("offset=-1 is negative; 0 means everything")),
-        ("trades?offset=abc".into(), 4400, br("offset=abc is not an integer")),
-        ("trades?offset=1.5".into(), 4400, br("offset=1.5 is not an integer")),
-        ("trades?offset=".into(), 4400, br("offset= is not an integer")),
+        (
+            "trades?foo=1".into(),
+            4400,
+            br("unknown query parameter(s): foo"),
+        ),
+        (
+            "trades?offset=1&limit=2&format=arrow".into(),
+            4400,
+            br("unknown query parameter(s): limit, format"),
+        ),
+        (
+            "trades?publish&offset=1".into(),
+            4400,
+            br("publish and offset are different requests; pass one"),
+        ),
+        (
+            "trades?publish=0&offset=0".into(),
+            4400,
+            br("publish and offset are different requests; pass one"),
+        ),
+        (
+            format!("trades?publish&where={}", pct("{}")),
+            4400,
+            br("publish takes no where=; a publisher receives nothing"),
+        ),
+        (
+            "trades?publisher=p1".into(),
+            4400,
+            br("publisher= names an exactly-once publisher; it needs publish"),
+        ),
+        (
+            format!("orders?publish&publisher={}", "x".repeat(200)),
+            4400,
+            br("a publisher id is 1 to 128 bytes of UTF-8; got 200"),
+        ),
+        (
+            "trades?offset=-1".into(),
+            4400,
+            br("offset=-1 is negative; 0 means everything"),
+        ),
+        (
+            "trades?offset=abc".into(),
+            4400,
+            br("offset=abc is not an integer"),
+        ),
+        (
+            "trades?offset=1.5".into(),
+            4400,
+            br("offset=1.5 is not an integer"),
+        ),
+        (
+            "trades?offset=".into(),
+            4400,
+            br("offset= is not an integer"),
+        ),
         ("bad%20name".into(), 4400, br("invalid stream name")),
         // 4400: where=
-        (format!("trades?where={}", pct("[1]")), 4400, br("where= must be a JSON object of column: value")),
-        (format!("trades?where={}", pct("1")), 4400, br("where= must be a JSON object of column: value")),
-        (format!("trades?where={}", pct(r#"{"side":[]}"#)), 4400, br(r#"where= list for "side" is empty"#)),
-        (format!("trades?where={}", pct(r#"{"side":{"eq":1}}"#)), 4400, br(r#"where= value for "side" must be a scalar or a list"#)),
-        (format!("trades?where={}", pct(r#"{"side":[[1]]}"#)), 4400, br(r#"where= values for "side" must be scalars"#)),
-        (format!("trades?where={}", pct(r#"{"side":[1,{"a":1}]}"#)), 4400, br(r#"where= values for "side" must be scalars"#)),
-        (format!("trades?offset=0&where={}", pct(r#"{"nope":1}"#)), 4400, br(r#"where= names unknown column "nope""#)),
-        (format!("nested?where={}", pct(r#"{"st":1}"#)), 4400, br(r#"where= cannot filter struct/list/map column "st""#)),
-        (format!("nested?where={}", pct(r#"{"l":"x"}"#)), 4400, br(r#"where= cannot filter struct/list/map column "l""#)),
+        (
+            format!("trades?where={}", pct("[1]")),
+            4400,
+            br("where= must be a JSON object of column: value"),
+        ),
+        (
+            format!("trades?where={}", pct("1")),
+            4400,
+            br("where= must be a JSON object of column: value"),
+        ),
+        (
+            format!("trades?where={}", pct(r#"{"side":[]}"#)),
+            4400,
+            br(r#"where= list for "side" is empty"#),
+        ),
+        (
+            format!("trades?where={}", pct(r#"{"side":{"eq":1}}"#)),
+            4400,
+            br(r#"where= value for "side" must be a scalar or a list"#),
+        ),
+        (
+            format!("trades?where={}", pct(r#"{"side":[[1]]}"#)),
+            4400,
+            br(r#"where= values for "side" must be scalars"#),
+        ),
+        (
+            format!("trades?where={}", pct(r#"{"side":[1,{"a":1}]}"#)),
+            4400,
+            br(r#"where= values for "side" must be scalars"#),
+        ),
+        (
+            format!("trades?offset=0&where={}", pct(r#"{"nope":1}"#)),
+            4400,
+            br(r#"where= names unknown column "nope""#),
+        ),
+        (
+            format!("nested?where={}", pct(r#"{"st":1}"#)),
+            4400,
+            br(r#"where= cannot filter struct/list/map column "st""#),
+        ),
+        (
+            format!("nested?where={}", pct(r#"{"l":"x"}"#)),
+            4400,
+            br(r#"where= cannot filter struct/list/map column "l""#),
+        ),
     ];
     for (path, code, reason) in &cases {
         let (c, r) = refused(&srv, path);
@@ -770,12 +1123,21 @@ fn refusals_carry_exact_codes_and_reasons() {
         let path = format!("trades?where={}", pct(bad));
         let (c, r) = refused(&srv, &path);
         assert_eq!(c, 4400, "{path}: {r}");
-        assert!(r.starts_with(r#"{"error":"bad_request","detail":"where= is not JSON"#), "{path}: {r}");
+        assert!(
+            r.starts_with(r#"{"error":"bad_request","detail":"where= is not JSON"#),
+            "{path}: {r}"
+        );
         assert!(r.len() <= 123);
     }
     // boundaries that are accepted: behind == max_replay, offset == end_offset, a filter on a
     // nested stream's scalar column, the python-int spellings
-    for ok in ["small?offset=6", "small?offset=11", "trades?offset=2", "trades?offset=%201%20", "trades?offset=0_1"] {
+    for ok in [
+        "small?offset=6",
+        "small?offset=11",
+        "trades?offset=2",
+        "trades?offset=%201%20",
+        "trades?offset=0_1",
+    ] {
         let (_ws, g) = open(&srv, ok);
         assert!(g.starts_with(r#"{"streamcast":4,"#), "{ok}: {g}");
     }
@@ -798,35 +1160,91 @@ fn publish_replies_one_per_frame_in_order_and_batches_are_atomic() {
     let (mut sub, _) = open(&srv, "trades");
 
     assert_eq!(call(&mut p, &trade(1, "A")), r#"{"ok":[1]}"#);
-    assert_eq!(call(&mut p, &format!("[{},{},{}]", trade(2, "A"), trade(3, "A"), trade(4, "A"))), r#"{"ok":[2,3,4]}"#);
+    assert_eq!(
+        call(
+            &mut p,
+            &format!("[{},{},{}]", trade(2, "A"), trade(3, "A"), trade(4, "A"))
+        ),
+        r#"{"ok":[2,3,4]}"#
+    );
     // one bad row rejects the whole batch; nothing lands
-    let bad_batch = format!("[{},{},{}]", trade(5, "A"), trade(6, "A").replace("\"side\":0", "\"side\":true"), trade(7, "A"));
+    let bad_batch = format!(
+        "[{},{},{}]",
+        trade(5, "A"),
+        trade(6, "A").replace("\"side\":0", "\"side\":true"),
+        trade(7, "A")
+    );
     let r = call(&mut p, &bad_batch);
-    assert!(r.starts_with(r#"{"error":"rejected","detail":"#) && r.contains("side"), "{r}");
+    assert!(
+        r.starts_with(r#"{"error":"rejected","detail":"#) && r.contains("side"),
+        "{r}"
+    );
     let r = call(&mut p, &trade(5, "A").replace("}", r#","extra":1}"#));
     assert!(
         r.starts_with(r#"{"error":"rejected","detail":"row names columns this log does not have: ['extra']. Declared: ["#),
         "{r}"
     );
-    let r = call(&mut p, &trade(5, "A").replace("\"side\":1", "\"side\":2147483648"));
-    assert!(r.starts_with(r#"{"error":"rejected","detail":"#) && r.contains("side"), "{r}");
-    let r = call(&mut p, &trade(5, "A").replace("\"trade_id\":5", "\"trade_id\":9223372036854775808"));
-    assert!(r.starts_with(r#"{"error":"rejected","detail":"#) && r.contains("trade_id"), "{r}");
-    let r = call(&mut p, &trade(5, "A").replace("\"trade_id\":5", "\"trade_id\":5.0"));
+    let r = call(
+        &mut p,
+        &trade(5, "A").replace("\"side\":1", "\"side\":2147483648"),
+    );
+    assert!(
+        r.starts_with(r#"{"error":"rejected","detail":"#) && r.contains("side"),
+        "{r}"
+    );
+    let r = call(
+        &mut p,
+        &trade(5, "A").replace("\"trade_id\":5", "\"trade_id\":9223372036854775808"),
+    );
+    assert!(
+        r.starts_with(r#"{"error":"rejected","detail":"#) && r.contains("trade_id"),
+        "{r}"
+    );
+    let r = call(
+        &mut p,
+        &trade(5, "A").replace("\"trade_id\":5", "\"trade_id\":5.0"),
+    );
     assert!(r.starts_with(r#"{"error":"rejected","detail":"#), "{r}");
     let r = call(&mut p, &trade(5, "A").replace(",\"symbol\":\"A\"", ""));
-    assert!(r.starts_with(r#"{"error":"rejected","detail":"#) && r.contains("symbol"), "{r}");
-    let r = call(&mut p, &trade(5, "A").replace("}", r#","streamcast_ts":1}"#));
-    assert!(r.starts_with(r#"{"error":"rejected","detail":"#) && r.contains("streamcast_ts"), "{r}");
+    assert!(
+        r.starts_with(r#"{"error":"rejected","detail":"#) && r.contains("symbol"),
+        "{r}"
+    );
+    let r = call(
+        &mut p,
+        &trade(5, "A").replace("}", r#","streamcast_ts":1}"#),
+    );
+    assert!(
+        r.starts_with(r#"{"error":"rejected","detail":"#) && r.contains("streamcast_ts"),
+        "{r}"
+    );
     // bad frames
     let r = call(&mut p, "not json");
-    assert!(r.starts_with(r#"{"error":"bad_frame","detail":"publish frame is not JSON: "#), "{r}");
+    assert!(
+        r.starts_with(r#"{"error":"bad_frame","detail":"publish frame is not JSON: "#),
+        "{r}"
+    );
     let r = call(&mut p, "[1e400]");
-    assert!(r.starts_with(r#"{"error":"bad_frame","detail":"publish frame is not JSON: "#), "{r}");
-    assert_eq!(call(&mut p, "[]"), r#"{"error":"bad_frame","detail":"publish frame is an empty list; send at least one row"}"#);
-    assert_eq!(call(&mut p, "[1,2]"), r#"{"error":"bad_frame","detail":"publish frame holds a int, not a row"}"#);
-    assert_eq!(call(&mut p, "42"), r#"{"error":"bad_frame","detail":"publish frame is a int, not a row or a list"}"#);
-    assert_eq!(call(&mut p, &format!("[1,{}]", trade(5, "A"))), r#"{"error":"bad_frame","detail":"publish frame holds a int, not a row"}"#);
+    assert!(
+        r.starts_with(r#"{"error":"bad_frame","detail":"publish frame is not JSON: "#),
+        "{r}"
+    );
+    assert_eq!(
+        call(&mut p, "[]"),
+        r#"{"error":"bad_frame","detail":"publish frame is an empty list; send at least one row"}"#
+    );
+    assert_eq!(
+        call(&mut p, "[1,2]"),
+        r#"{"error":"bad_frame","detail":"publish frame holds a int, not a row"}"#
+    );
+    assert_eq!(
+        call(&mut p, "42"),
+        r#"{"error":"bad_frame","detail":"publish frame is a int, not a row or a list"}"#
+    );
+    assert_eq!(
+        call(&mut p, &format!("[1,{}]", trade(5, "A"))),
+        r#"{"error":"bad_frame","detail":"publish frame holds a int, not a row"}"#
+    );
     // a binary frame is a publish frame too
     p.send(Message::binary(trade(5, "A").into_bytes())).unwrap();
     assert_eq!(recv_text(&mut p), r#"{"ok":[5]}"#);
@@ -846,10 +1264,22 @@ fn publish_replies_one_per_frame_in_order_and_batches_are_atomic() {
     p.flush().unwrap();
     let replies: Vec<String> = (0..frames.len()).map(|_| recv_text(&mut p)).collect();
     assert_eq!(replies[0], r#"{"ok":[6]}"#);
-    assert!(replies[1].starts_with(r#"{"error":"bad_frame","#), "{}", replies[1]);
-    assert!(replies[2].starts_with(r#"{"error":"rejected","#), "{}", replies[2]);
+    assert!(
+        replies[1].starts_with(r#"{"error":"bad_frame","#),
+        "{}",
+        replies[1]
+    );
+    assert!(
+        replies[2].starts_with(r#"{"error":"rejected","#),
+        "{}",
+        replies[2]
+    );
     assert_eq!(replies[3], r#"{"ok":[7,8]}"#);
-    assert!(replies[4].starts_with(r#"{"error":"bad_frame","#), "{}", replies[4]);
+    assert!(
+        replies[4].starts_with(r#"{"error":"bad_frame","#),
+        "{}",
+        replies[4]
+    );
     assert_eq!(replies[5], r#"{"ok":[9]}"#);
 
     // the subscriber saw exactly the rows that landed, in order
@@ -884,27 +1314,53 @@ fn exactly_once_dup_gap_rejected_and_superseded() {
     let data = setup.data();
     let srv = Server::start(Some(&cfg), &data, &[]);
     let (mut p, g) = open(&srv, "orders?publish&publisher=p1");
-    assert!(g.ends_with(r#""publisher":{"id":"p1","last_seq":0,"last_offset":null}}"#), "{g}");
+    assert!(
+        g.ends_with(r#""publisher":{"id":"p1","last_seq":0,"last_offset":null}}"#),
+        "{g}"
+    );
     let t = |i: i64| trade(i, "EO");
     assert_eq!(call(&mut p, &format!("[1,{}]", t(1))), r#"{"ok":[1]}"#);
-    assert_eq!(call(&mut p, &format!("[2,[{},{},{}]]", t(2), t(3), t(4))), r#"{"ok":[2,3,4]}"#);
-    assert_eq!(call(&mut p, &format!("[1,{}]", t(1))), r#"{"ok":[1],"dup":1}"#);
-    assert_eq!(call(&mut p, &format!("[3,[{},{},{}]]", t(3), t(4), t(5))), r#"{"ok":[3,4,5],"dup":2}"#);
-    assert_eq!(call(&mut p, &format!("[9,{}]", t(9))), r#"{"error":"gap","expected":6,"got":9}"#);
+    assert_eq!(
+        call(&mut p, &format!("[2,[{},{},{}]]", t(2), t(3), t(4))),
+        r#"{"ok":[2,3,4]}"#
+    );
+    assert_eq!(
+        call(&mut p, &format!("[1,{}]", t(1))),
+        r#"{"ok":[1],"dup":1}"#
+    );
+    assert_eq!(
+        call(&mut p, &format!("[3,[{},{},{}]]", t(3), t(4), t(5))),
+        r#"{"ok":[3,4,5],"dup":2}"#
+    );
+    assert_eq!(
+        call(&mut p, &format!("[9,{}]", t(9))),
+        r#"{"error":"gap","expected":6,"got":9}"#
+    );
     // bad shapes on an exactly-once connection
     let r = call(&mut p, &t(6));
     assert!(r.starts_with(r#"{"error":"bad_frame","detail":"an exactly-once publish frame is [seq, row] or [seq, [rows]]"#), "{r}");
-    assert_eq!(call(&mut p, &format!("[0,{}]", t(6))), r#"{"error":"bad_frame","detail":"seq=0; exactly-once seqs start at 1"}"#);
+    assert_eq!(
+        call(&mut p, &format!("[0,{}]", t(6))),
+        r#"{"error":"bad_frame","detail":"seq=0; exactly-once seqs start at 1"}"#
+    );
     let r = call(&mut p, &format!("[true,{}]", t(6)));
     assert!(r.starts_with(r#"{"error":"bad_frame","#), "{r}");
     // after a rejected frame the mark does not move: what was pipelined behind it is a gap
     let bad6 = t(6).replace("\"symbol\":\"EO\"", "\"symbol\":7");
-    for f in [format!("[6,{bad6}]"), format!("[7,{}]", t(7)), format!("[6,{}]", t(6)), format!("[7,[{},{}]]", t(7), t(8))] {
+    for f in [
+        format!("[6,{bad6}]"),
+        format!("[7,{}]", t(7)),
+        format!("[6,{}]", t(6)),
+        format!("[7,[{},{}]]", t(7), t(8)),
+    ] {
         p.write(Message::text(f)).unwrap();
     }
     p.flush().unwrap();
     let r = recv_text(&mut p);
-    assert!(r.starts_with(r#"{"error":"rejected","detail":"#) && r.contains("symbol"), "{r}");
+    assert!(
+        r.starts_with(r#"{"error":"rejected","detail":"#) && r.contains("symbol"),
+        "{r}"
+    );
     assert_eq!(recv_text(&mut p), r#"{"error":"gap","expected":6,"got":7}"#);
     assert_eq!(recv_text(&mut p), r#"{"ok":[6]}"#);
     assert_eq!(recv_text(&mut p), r#"{"ok":[7,8]}"#);
@@ -926,16 +1382,32 @@ fn exactly_once_dup_gap_rejected_and_superseded() {
         }
     };
     assert_eq!(close, (4409, r#"{"error":"superseded"}"#.to_string()));
-    assert_eq!(a_acks, (9..=28).map(|o| vec![o]).collect::<Vec<_>>(), "every queued frame committed and answered");
-    assert!(g.ends_with(r#""publisher":{"id":"p1","last_seq":28,"last_offset":28}}"#), "{g}");
+    assert_eq!(
+        a_acks,
+        (9..=28).map(|o| vec![o]).collect::<Vec<_>>(),
+        "every queued frame committed and answered"
+    );
+    assert!(
+        g.ends_with(r#""publisher":{"id":"p1","last_seq":28,"last_offset":28}}"#),
+        "{g}"
+    );
     assert!(g.contains(r#""end_offset":29,"#), "{g}");
     // B continues where the mark says; a resend of A's last is a dup
-    assert_eq!(call(&mut b, &format!("[28,{}]", t(28))), r#"{"ok":[28],"dup":1}"#);
+    assert_eq!(
+        call(&mut b, &format!("[28,{}]", t(28))),
+        r#"{"ok":[28],"dup":1}"#
+    );
     assert_eq!(call(&mut b, &format!("[29,{}]", t(29))), r#"{"ok":[29]}"#);
     // and a third claim supersedes B even while it is idle
     let (_c, g) = open(&srv, "orders?publish&publisher=p1");
-    assert!(g.ends_with(r#""publisher":{"id":"p1","last_seq":29,"last_offset":29}}"#), "{g}");
-    assert_eq!(next_close(&mut b), (4409, r#"{"error":"superseded"}"#.to_string()));
+    assert!(
+        g.ends_with(r#""publisher":{"id":"p1","last_seq":29,"last_offset":29}}"#),
+        "{g}"
+    );
+    assert_eq!(
+        next_close(&mut b),
+        (4409, r#"{"error":"superseded"}"#.to_string())
+    );
     // the log holds each seq exactly once, in order
     let codec = trade_codec();
     let (mut s, _) = open(&srv, "orders?offset=0");
@@ -955,7 +1427,8 @@ fn ten_thousand_pipelined_frames_get_ten_thousand_ordered_replies() {
     }
     let n = 10_000u64;
     for i in 1..=n {
-        p.write(Message::text(trade(i as i64, "PIPE"))).expect("write without reading");
+        p.write(Message::text(trade(i as i64, "PIPE")))
+            .expect("write without reading");
     }
     p.flush().expect("flush");
     for i in 1..=n {
@@ -980,9 +1453,8 @@ fn ten_thousand_pipelined_frames_get_ten_thousand_ordered_replies() {
 #[test]
 fn five_hundred_subscribers_receive_the_same_ten_thousand_rows() {
     let setup = Setup::new();
-    let cfg = setup.config(
-        "[[stream]]\nname = \"fan\"\nschema = \"@trade\"\nmax_backlog = 100000\n",
-    );
+    let cfg =
+        setup.config("[[stream]]\nname = \"fan\"\nschema = \"@trade\"\nmax_backlog = 100000\n");
     let data = setup.data();
     let srv = Server::start(Some(&cfg), &data, &[]);
     const SUBS: usize = 500;
@@ -1047,7 +1519,10 @@ fn five_hundred_subscribers_receive_the_same_ten_thousand_rows() {
             })
         })
         .collect();
-    let results: Vec<Vec<u8>> = handles.into_iter().map(|h| h.join().expect("reader thread")).collect();
+    let results: Vec<Vec<u8>> = handles
+        .into_iter()
+        .map(|h| h.join().expect("reader thread"))
+        .collect();
     for r in &results[1..] {
         assert!(r == &results[0], "every subscriber gets the same bytes");
     }
@@ -1090,25 +1565,41 @@ fn stalled_subscriber_gets_a_contiguous_prefix_then_4429_while_a_fast_one_gets_e
     }
     // now the slow one reads: a contiguous prefix from offset 1, then 4429
     let (texts, close) = slow.until_close();
-    assert_eq!(close, (4429, r#"{"error":"too_slow","backlog":64}"#.to_string()));
+    assert_eq!(
+        close,
+        (4429, r#"{"error":"too_slow","backlog":64}"#.to_string())
+    );
     // at least the 64 frames queued before the overflow (PROTOCOL.md §6), never everything
-    assert!(texts.len() >= 64 && texts.len() < ROWS, "a strict prefix: {}", texts.len());
+    assert!(
+        texts.len() >= 64 && texts.len() < ROWS,
+        "a strict prefix: {}",
+        texts.len()
+    );
     for (k, f) in texts.iter().enumerate() {
         let (o, _, r) = split_frame(f);
         assert_eq!(o, Some(k as u64 + 1), "contiguous");
         assert_eq!(r, row(k + 1));
     }
     // the fast one is still served
-    assert_eq!(call(&mut p, &row(ROWS + 1)), format!("{{\"ok\":[{}]}}", ROWS + 1));
+    assert_eq!(
+        call(&mut p, &row(ROWS + 1)),
+        format!("{{\"ok\":[{}]}}", ROWS + 1)
+    );
     let f = fast.text();
     assert_eq!(split_frame(&f).0, Some(ROWS as u64 + 1));
     // one commit larger than the backlog overflows every subscriber at once: each still gets
     // the 64 frames queued before the overflow, then 4429
     let burst: Vec<String> = (ROWS + 2..ROWS + 102).map(row).collect();
     let first = ROWS as u64 + 2;
-    assert_eq!(ok_offsets(&call(&mut p, &format!("[{}]", burst.join(",")))), (first..first + 100).collect::<Vec<_>>());
+    assert_eq!(
+        ok_offsets(&call(&mut p, &format!("[{}]", burst.join(",")))),
+        (first..first + 100).collect::<Vec<_>>()
+    );
     let (texts, close) = fast.until_close();
-    assert_eq!(close, (4429, r#"{"error":"too_slow","backlog":64}"#.to_string()));
+    assert_eq!(
+        close,
+        (4429, r#"{"error":"too_slow","backlog":64}"#.to_string())
+    );
     let offs: Vec<u64> = texts.iter().map(|f| split_frame(f).0.unwrap()).collect();
     assert_eq!(offs, (first..first + 64).collect::<Vec<_>>());
     srv.kill9();
@@ -1131,7 +1622,9 @@ fn sigterm_mid_publish_keeps_every_ack_exits_zero_and_closes_1001() {
     let writer = std::thread::spawn(move || {
         let mut sent = 0u64;
         for i in 1..=200_000i64 {
-            if w.write_all(&client_frame(trade(i, "TERM").as_bytes())).is_err() {
+            if w.write_all(&client_frame(trade(i, "TERM").as_bytes()))
+                .is_err()
+            {
                 break;
             }
             sent += 1;
@@ -1150,13 +1643,25 @@ fn sigterm_mid_publish_keeps_every_ack_exits_zero_and_closes_1001() {
     assert_eq!(close, (1001, "server shutting down".to_string()));
     let sent = writer.join().unwrap();
     let acks: Vec<u64> = replies.iter().flat_map(|r| ok_offsets(r)).collect();
-    assert!(!acks.is_empty(), "some frames were acknowledged before the stop");
+    assert!(
+        !acks.is_empty(),
+        "some frames were acknowledged before the stop"
+    );
     assert!((acks.len() as u64) <= sent);
-    assert_eq!(acks, (1..=acks.len() as u64).collect::<Vec<_>>(), "in order, contiguous");
+    assert_eq!(
+        acks,
+        (1..=acks.len() as u64).collect::<Vec<_>>(),
+        "in order, contiguous"
+    );
     let (frames, sclose) = sub_reader.join().unwrap();
     assert_eq!(sclose, (1001, "server shutting down".to_string()));
     // the live subscriber got every acknowledged row before its close
-    assert!(frames.len() >= acks.len(), "{} frames < {} acks", frames.len(), acks.len());
+    assert!(
+        frames.len() >= acks.len(),
+        "{} frames < {} acks",
+        frames.len(),
+        acks.len()
+    );
     for (k, f) in frames.iter().enumerate() {
         assert_eq!(split_frame(f).0, Some(k as u64 + 1));
     }
@@ -1168,8 +1673,16 @@ fn sigterm_mid_publish_keeps_every_ack_exits_zero_and_closes_1001() {
     let v: sonic_rs::Value = sonic_rs::from_str(&g).unwrap();
     use sonic_rs::JsonValueTrait;
     let end = v.get("end_offset").and_then(|x| x.as_u64()).unwrap();
-    assert!(end > acks.len() as u64, "end_offset {end} covers {} acks", acks.len());
-    assert_eq!(end - 1, frames.len() as u64, "the log holds exactly what was fanned out");
+    assert!(
+        end > acks.len() as u64,
+        "end_offset {end} covers {} acks",
+        acks.len()
+    );
+    assert_eq!(
+        end - 1,
+        frames.len() as u64,
+        "the log holds exactly what was fanned out"
+    );
     let codec = trade_codec();
     let bytes = r.take_frames((end - 1) as usize);
     for (k, f) in split_frames(&bytes).into_iter().enumerate() {
@@ -1194,9 +1707,18 @@ fn kill9_keeps_acknowledged_rows_and_offsets_continue() {
     let (mut p, g) = open(&srv, "trades?publish");
     let id = stream_id_of(&g);
     let rows: Vec<String> = (1..=500).map(|i| trade(i, "K9")).collect();
-    assert_eq!(publish_all(&mut p, &rows, 7, 8), (1..=500).collect::<Vec<u64>>());
+    assert_eq!(
+        publish_all(&mut p, &rows, 7, 8),
+        (1..=500).collect::<Vec<u64>>()
+    );
     let (mut eo, _) = open(&srv, "orders?publish&publisher=k");
-    assert_eq!(call(&mut eo, &format!("[1,[{},{}]]", trade(1, "E"), trade(2, "E"))), r#"{"ok":[1,2]}"#);
+    assert_eq!(
+        call(
+            &mut eo,
+            &format!("[1,[{},{}]]", trade(1, "E"), trade(2, "E"))
+        ),
+        r#"{"ok":[1,2]}"#
+    );
     // unacknowledged frames in flight at the kill may or may not land; acknowledged ones must
     for i in 501..=600 {
         p.write(Message::text(trade(i, "K9"))).unwrap();
@@ -1220,13 +1742,22 @@ fn kill9_keeps_acknowledged_rows_and_offsets_continue() {
     }
     // the exactly-once mark survived with the rows
     let (_eo, g) = open(&srv, "orders?publish&publisher=k");
-    assert!(g.ends_with(r#""publisher":{"id":"k","last_seq":2,"last_offset":2}}"#), "{g}");
+    assert!(
+        g.ends_with(r#""publisher":{"id":"k","last_seq":2,"last_offset":2}}"#),
+        "{g}"
+    );
     // a subscriber resuming at last+1 gets exactly the new rows
     let (mut resume, g) = open(&srv, &format!("trades?offset={end}"));
-    assert!(g.contains(&format!("\"end_offset\":{end},\"replay\":[{end},{end}],")), "{g}");
+    assert!(
+        g.contains(&format!("\"end_offset\":{end},\"replay\":[{end},{end}],")),
+        "{g}"
+    );
     let (mut p, _) = open(&srv, "trades?publish");
     let more: Vec<String> = (0..50).map(|k| trade(end as i64 + k, "K9")).collect();
-    assert_eq!(publish_all(&mut p, &more, 5, 4), (end..end + 50).collect::<Vec<u64>>());
+    assert_eq!(
+        publish_all(&mut p, &more, 5, 4),
+        (end..end + 50).collect::<Vec<u64>>()
+    );
     let more_canon: Vec<String> = more.iter().map(|r| canon(&codec, r)).collect();
     expect_rows(&mut resume, end, &more_canon);
     // and the offset=0 reader continues from the replay into the new rows
@@ -1258,7 +1789,11 @@ fn es_mbo_sample_reaches_two_subscribers_byte_identical() {
     let schema = std::fs::read_to_string(dir.join("es-mbo.schema.json")).unwrap();
     let codec = RowCodec::Schema(Schema::compile(&schema).unwrap());
     let text = std::fs::read_to_string(dir.join("es-mbo.jsonl")).unwrap();
-    let lines: Vec<String> = text.lines().filter(|l| !l.is_empty()).map(str::to_string).collect();
+    let lines: Vec<String> = text
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
     assert_eq!(lines.len(), 68_792);
     let expected: Vec<String> = lines.iter().map(|l| canon(&codec, l)).collect();
     let n = lines.len();
@@ -1283,7 +1818,10 @@ fn es_mbo_sample_reaches_two_subscribers_byte_identical() {
     let acks2 = pub_h.join().unwrap();
     assert_eq!(acks2, (half as u64 + 1..=n as u64).collect::<Vec<_>>());
     let live_bytes = live_h.join().unwrap();
-    assert!(live_bytes == late_bytes, "live and replayed bytes are identical");
+    assert!(
+        live_bytes == late_bytes,
+        "live and replayed bytes are identical"
+    );
     let frames = split_frames(&live_bytes);
     assert_eq!(frames.len(), n);
     for (k, f) in frames.into_iter().enumerate() {

@@ -13,7 +13,8 @@ use std::process::Command;
 use support::*;
 
 fn readme() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).expect("README.md")
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md")
 }
 
 /// The fenced ```bash blocks of the README, in order.
@@ -52,8 +53,12 @@ fn first_screen_has_two_commands_and_the_broker_serves_the_embedded_default() {
     assert_eq!(setup.len(), 2, "exactly two set-up commands: {setup:?}");
     assert!(setup[0].contains("corecast -- serve"), "{}", setup[0]);
     assert_eq!(setup[1], "cargo test --workspace");
-    let ci = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../.ci/run")).expect(".ci/run");
-    assert!(ci.contains(&setup[1]), ".ci/run must call the README's test command");
+    let ci = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../.ci/run"))
+        .expect(".ci/run");
+    assert!(
+        ci.contains(&setup[1]),
+        ".ci/run must call the README's test command"
+    );
 
     // `corecast serve` with no config: the embedded default (durable `trades`, trade schema)
     let s = Setup::new();
@@ -61,9 +66,13 @@ fn first_screen_has_two_commands_and_the_broker_serves_the_embedded_default() {
     let mut ws = ws_connect(&server.url("trades?publish"));
     let greeting = recv_text(&mut ws);
     assert!(greeting.starts_with(r#"{"streamcast":4,"stream":"trades","end_offset":1,"replay":null,"durable":true,"group_commit":true,"schema":{"type":"object","properties":{"event_ts":{"type":"integer","format":"int64"}"#), "{greeting}");
-    ws.send(tungstenite::Message::text(trade(1, "README"))).expect("send");
+    ws.send(tungstenite::Message::text(trade(1, "README")))
+        .expect("send");
     assert_eq!(recv_text(&mut ws), r#"{"ok":[1]}"#);
-    assert!(s.data().join("trades/buffer.db").exists(), "the log lives under the data directory");
+    assert!(
+        s.data().join("trades/buffer.db").exists(),
+        "the log lives under the data directory"
+    );
     assert_eq!(server.stop(), Some(0));
 }
 
@@ -79,7 +88,11 @@ fn the_tour_runs_as_written() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
         l.local_addr().expect("addr").port()
     };
-    let bin_dir = corecast_bin().parent().expect("bin dir").display().to_string();
+    let bin_dir = corecast_bin()
+        .parent()
+        .expect("bin dir")
+        .display()
+        .to_string();
     let t = tmp.path().display().to_string();
     let script = tour
         .replace("$PWD/target/release", &bin_dir)
@@ -95,7 +108,10 @@ fn the_tour_runs_as_written() {
         .expect("bash");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "tour failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        out.status.success(),
+        "tour failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
     let lines: Vec<&str> = stdout
         .lines()
         .filter(|l| !l.starts_with("corecast listening"))
@@ -106,15 +122,30 @@ fn the_tour_runs_as_written() {
         assert!(l.contains(r#""trade_id":"#), "{l}");
     }
     // where= membership, rows only
-    assert!(lines[3].starts_with(r#"{"event_ts":1610064000278000,"trade_id":553287559,"#), "{}", lines[3]);
-    assert!(lines[4].starts_with(r#"{"event_ts":1610064000310000,"trade_id":553287560,"#), "{}", lines[4]);
+    assert!(
+        lines[3].starts_with(r#"{"event_ts":1610064000278000,"trade_id":553287559,"#),
+        "{}",
+        lines[3]
+    );
+    assert!(
+        lines[4].starts_with(r#"{"event_ts":1610064000310000,"trade_id":553287560,"#),
+        "{}",
+        lines[4]
+    );
     // cursor: 1..=5, then 6..=10
     for (k, l) in lines[5..15].iter().enumerate() {
-        assert!(l.starts_with(&format!("[{},", k + 1)), "cursor line {k}: {l}");
+        assert!(
+            l.starts_with(&format!("[{},", k + 1)),
+            "cursor line {k}: {l}"
+        );
     }
     // tail -n 2: the last two rows of 2,001
     assert!(lines[15].starts_with("[2000,"), "{}", lines[15]);
     assert!(lines[16].starts_with("[2001,"), "{}", lines[16]);
     // /stats
-    assert!(lines[17].contains(r#""name":"btc""#) && lines[17].contains(r#""end_offset":2002"#), "{}", lines[17]);
+    assert!(
+        lines[17].contains(r#""name":"btc""#) && lines[17].contains(r#""end_offset":2002"#),
+        "{}",
+        lines[17]
+    );
 }

@@ -15,7 +15,11 @@ use corecast_storage::schema::{RowCodec, Schema};
 
 /// p50 and p99 of fsync after a 128-byte append, in the given directory.
 fn fsync_probe(dir: &std::path::Path, n: usize) -> (Duration, Duration) {
-    let mut f = OpenOptions::new().create(true).append(true).open(dir.join("fsync.probe")).expect("probe file");
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("fsync.probe"))
+        .expect("probe file");
     let mut v = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
@@ -28,21 +32,28 @@ fn fsync_probe(dir: &std::path::Path, n: usize) -> (Duration, Duration) {
 }
 
 fn commit(c: &mut Criterion) {
-    let tmp = tempfile::tempdir_in(std::env::var_os("CORECAST_BENCH_DIR").unwrap_or_else(|| ".".into()))
-        .or_else(|_| tempfile::tempdir())
-        .expect("tempdir");
+    let tmp =
+        tempfile::tempdir_in(std::env::var_os("CORECAST_BENCH_DIR").unwrap_or_else(|| ".".into()))
+            .or_else(|_| tempfile::tempdir())
+            .expect("tempdir");
     let schema = trade_schema();
     let codec = RowCodec::Schema(Schema::compile(&schema).expect("schema"));
     let encoded: Vec<Vec<u8>> = (0..10_000)
         .map(|i| {
             let mut out = Vec::new();
-            codec.encode_row(&json::parse(trade_row(i).as_bytes()).unwrap(), &mut out).unwrap();
+            codec
+                .encode_row(&json::parse(trade_row(i).as_bytes()).unwrap(), &mut out)
+                .unwrap();
             out
         })
         .collect();
     let mut buf = Buffer::open(&tmp.path().join("trades"), Some(&schema)).expect("buffer opens");
     let (f50, f99) = fsync_probe(tmp.path(), 300);
-    eprintln!("fsync p50 {:.3} ms p99 {:.3} ms (128-byte appends, same directory)", f50.as_secs_f64() * 1e3, f99.as_secs_f64() * 1e3);
+    eprintln!(
+        "fsync p50 {:.3} ms p99 {:.3} ms (128-byte appends, same directory)",
+        f50.as_secs_f64() * 1e3,
+        f99.as_secs_f64() * 1e3
+    );
     let mut g = c.benchmark_group("commit");
     g.sample_size(20).measurement_time(Duration::from_secs(4));
     let mut measured = Vec::new();

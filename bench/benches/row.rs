@@ -8,7 +8,8 @@ use corecast_storage::json;
 use corecast_storage::schema::{RowCodec, Schema};
 
 fn rows(c: &mut Criterion) {
-    let mbo_schema = std::fs::read_to_string(shared_dir().join("data/es-mbo.schema.json")).expect("es-mbo schema");
+    let mbo_schema = std::fs::read_to_string(shared_dir().join("data/es-mbo.schema.json"))
+        .expect("es-mbo schema");
     let mbo_rows: Vec<String> = std::fs::read_to_string(shared_dir().join("data/es-mbo.jsonl"))
         .expect("es-mbo.jsonl")
         .lines()
@@ -16,19 +17,27 @@ fn rows(c: &mut Criterion) {
         .map(str::to_owned)
         .collect();
     let trade: Vec<String> = (0..1000).map(trade_row).collect();
-    let cases = [("trade", trade_schema(), trade), ("es-mbo", mbo_schema, mbo_rows)];
+    let cases = [
+        ("trade", trade_schema(), trade),
+        ("es-mbo", mbo_schema, mbo_rows),
+    ];
     let mut g = c.benchmark_group("row");
     g.throughput(Throughput::Elements(1));
     for (name, schema, rows) in cases {
         let codec = RowCodec::Schema(Schema::compile(&schema).expect("schema compiles"));
-        let parsed: Vec<_> = rows.iter().map(|r| json::parse(r.as_bytes()).expect("row parses")).collect();
+        let parsed: Vec<_> = rows
+            .iter()
+            .map(|r| json::parse(r.as_bytes()).expect("row parses"))
+            .collect();
         let mut out = Vec::with_capacity(512);
         let mut i = 0usize;
         g.bench_function(format!("{name}: validate + encode (parsed)"), |b| {
             b.iter(|| {
                 out.clear();
                 i = (i + 1) % parsed.len();
-                codec.encode_row(black_box(&parsed[i]), &mut out).expect("valid");
+                codec
+                    .encode_row(black_box(&parsed[i]), &mut out)
+                    .expect("valid");
                 black_box(out.len())
             })
         });

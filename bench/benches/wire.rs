@@ -23,7 +23,13 @@ fn header(c: &mut Criterion) {
     g.bench_function("client masked header, payload 120 B", |b| {
         b.iter(|| {
             out.clear();
-            encode_header(true, OpCode::Text, black_box(120), Some([1, 2, 3, 4]), &mut out);
+            encode_header(
+                true,
+                OpCode::Text,
+                black_box(120),
+                Some([1, 2, 3, 4]),
+                &mut out,
+            );
             black_box(out.len())
         })
     });
@@ -39,7 +45,12 @@ fn batch(c: &mut Criterion) {
         b.iter(|| {
             out.clear();
             for (i, r) in rows.iter().enumerate() {
-                encode_data_frame(Some(1_000_000 + i as u64), Some(1_796_081_766_307_229), r.as_bytes(), &mut out);
+                encode_data_frame(
+                    Some(1_000_000 + i as u64),
+                    Some(1_796_081_766_307_229),
+                    r.as_bytes(),
+                    &mut out,
+                );
             }
             black_box(out.len())
         })
@@ -51,14 +62,26 @@ fn filter(c: &mut Criterion) {
     let rows: Vec<String> = (0..64).map(trade_row).collect();
     let mut g = c.benchmark_group("where_filter");
     g.throughput(Throughput::Elements(rows.len() as u64));
-    for text in [r#"{}"#, r#"{"side":1}"#, r#"{"symbol":["BTCUSD","ETHUSD"],"side":0}"#] {
+    for text in [
+        r#"{}"#,
+        r#"{"side":1}"#,
+        r#"{"symbol":["BTCUSD","ETHUSD"],"side":0}"#,
+    ] {
         let f = Filter::parse(text, None).expect("filter parses");
         g.bench_function(format!("matches {text}"), |b| {
-            b.iter(|| rows.iter().filter(|r| f.matches(black_box(r.as_bytes()))).count())
+            b.iter(|| {
+                rows.iter()
+                    .filter(|r| f.matches(black_box(r.as_bytes())))
+                    .count()
+            })
         });
     }
     g.bench_function("parse {\"side\":1}", |b| {
-        b.iter_batched(|| (), |_| Filter::parse(black_box(r#"{"side":1}"#), None).is_ok(), BatchSize::SmallInput)
+        b.iter_batched(
+            || (),
+            |_| Filter::parse(black_box(r#"{"side":1}"#), None).is_ok(),
+            BatchSize::SmallInput,
+        )
     });
     g.finish();
 }

@@ -26,5 +26,6 @@ pub fn trade_row(i: u64) -> String {
 
 /// The trade schema's JSON.
 pub fn trade_schema() -> String {
-    std::fs::read_to_string(shared_dir().join("tools/anchor/trade.schema.json")).expect("trade schema")
+    std::fs::read_to_string(shared_dir().join("tools/anchor/trade.schema.json"))
+        .expect("trade schema")
 }

@@ -318,17 +318,21 @@ impl Config {
         let mut api = HttpApiConfig::default();
         if let Some(key) = raw.cursor_key {
             if key.len() < 16 {
-                return Err(err("cursor_key", "a cursor key is at least 16 bytes".into()));
+                return Err(err(
+                    "cursor_key",
+                    "a cursor key is at least 16 bytes".into(),
+                ));
             }
             api.cursor_key = Some(key);
         }
-        let within = |v: Option<i64>, key: &str, lo: i64, hi: i64| -> Result<Option<u64>, ConfigError> {
-            match v {
-                None => Ok(None),
-                Some(n) if n >= lo && n <= hi => Ok(Some(n as u64)),
-                Some(n) => Err(err(key, format!("{n} is outside {lo}..={hi}"))),
-            }
-        };
+        let within =
+            |v: Option<i64>, key: &str, lo: i64, hi: i64| -> Result<Option<u64>, ConfigError> {
+                match v {
+                    None => Ok(None),
+                    Some(n) if n >= lo && n <= hi => Ok(Some(n as u64)),
+                    Some(n) => Err(err(key, format!("{n} is outside {lo}..={hi}"))),
+                }
+            };
         if let Some(n) = within(raw.cursor_ttl_s, "cursor_ttl_s", 1, 365 * 86_400)? {
             api.cursor_ttl_s = n;
         }
@@ -346,7 +350,10 @@ impl Config {
                 api.sse_ping_max_ms = n;
             }
             if api.sse_ping_max_ms < api.sse_ping_min_ms {
-                return Err(err("sse.ping_max_ms", "must be at least sse.ping_min_ms".into()));
+                return Err(err(
+                    "sse.ping_max_ms",
+                    "must be at least sse.ping_min_ms".into(),
+                ));
             }
             if let Some(n) = within(sse.max_age_s, "sse.max_age_s", 1, 7 * 86_400)? {
                 api.sse_max_age_s = n;

@@ -221,10 +221,9 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
     let registry = Arc::new(Registry::new(streams));
 
     // channels
-    let shard_chans: Vec<(flume::Sender<ShardMsg>, flume::Receiver<ShardMsg>)> =
-        (0..cores)
-            .map(|_| flume::bounded(shard::INBOX_BATCHES))
-            .collect();
+    let shard_chans: Vec<(flume::Sender<ShardMsg>, flume::Receiver<ShardMsg>)> = (0..cores)
+        .map(|_| flume::bounded(shard::INBOX_BATCHES))
+        .collect();
     let shard_senders: Vec<flume::Sender<ShardMsg>> =
         shard_chans.iter().map(|(t, _)| t.clone()).collect();
     let mut writers = Vec::new();

@@ -119,12 +119,19 @@ fn parse_url(url: &str) -> Result<Target, String> {
     let ip: IpAddr = if host.eq_ignore_ascii_case("localhost") {
         IpAddr::V4(Ipv4Addr::LOCALHOST)
     } else {
-        host.parse().map_err(|_| format!("{host:?}: loadgen only dials loopback addresses"))?
+        host.parse()
+            .map_err(|_| format!("{host:?}: loadgen only dials loopback addresses"))?
     };
     if !ip.is_loopback() {
-        return Err(format!("{ip} is not a loopback address: loadgen refuses to load other hosts"));
+        return Err(format!(
+            "{ip} is not a loopback address: loadgen refuses to load other hosts"
+        ));
     }
-    Ok(Target { addr: SocketAddr::new(ip, port), host: authority.to_string(), path: path.to_string() })
+    Ok(Target {
+        addr: SocketAddr::new(ip, port),
+        host: authority.to_string(),
+        path: path.to_string(),
+    })
 }
 
 fn pct_encode(s: &str) -> String {
@@ -165,19 +172,27 @@ struct ThreadPlan {
     pubs: Vec<PubPlan>,
     subs: usize,
     sub_path: String,
-    replay: bool,
 }
 
 fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds")
 }
 
-fn thread_main(plan: ThreadPlan, args: Arc<Args>, target: Arc<Target>, shared: Arc<Shared>, deadline: Instant) -> ThreadOut {
+fn thread_main(
+    plan: ThreadPlan,
+    args: Arc<Args>,
+    target: Arc<Target>,
+    shared: Arc<Shared>,
+    deadline: Instant,
+) -> ThreadOut {
     let mut runtime = match rt::build_runtime(4096) {
         Ok(r) => r,
         Err(e) => {
             shared.abort.store(true, Relaxed);
-            return ThreadOut { open_errors: vec![format!("runtime: {e}")], ..ThreadOut::default() };
+            return ThreadOut {
+                open_errors: vec![format!("runtime: {e}")],
+                ..ThreadOut::default()
+            };
         }
     };
     runtime.block_on(thread_body(plan, args, target, shared, deadline))
@@ -189,7 +204,13 @@ struct SubSlot {
     closed: bool,
 }
 
-async fn thread_body(plan: ThreadPlan, args: Arc<Args>, target: Arc<Target>, shared: Arc<Shared>, deadline: Instant) -> ThreadOut {
+async fn thread_body(
+    plan: ThreadPlan,
+    args: Arc<Args>,
+    target: Arc<Target>,
+    shared: Arc<Shared>,
+    deadline: Instant,
+) -> ThreadOut {
     let out = Rc::new(RefCell::new(ThreadOut {
         latency: Some(hist()),
         greeting: Some(hist()),
@@ -203,14 +224,19 @@ async fn thread_body(plan: ThreadPlan, args: Arc<Args>, target: Arc<Target>, sha
     let seed = (plan.tid as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ shared::now_us() as u64;
 
     for (i, pp) in plan.pubs.into_iter().enumerate() {
-        let (shared, target, out, done) = (shared.clone(), target.clone(), out.clone(), done.clone());
+        let (shared, target, out, done) =
+            (shared.clone(), target.clone(), out.clone(), done.clone());
         rt::spawn(async move {
             let mut keys = Keys::new(seed.wrapping_add(1000 + i as u64));
             let path = format!("{}?publish", target.path);
             match wsclient::open(target.addr, &target.host, &path, &mut keys, connect_limit).await {
                 Ok(o) => {
                     shared.opened.fetch_add(1, AcqRel);
-                    if shared::wait_until(&shared, Duration::from_millis(1), || shared.go.get().is_some()).await {
+                    if shared::wait_until(&shared, Duration::from_millis(1), || {
+                        shared.go.get().is_some()
+                    })
+                    .await
+                    {
                         let r = publisher::run(pp, shared.clone(), o.rd, o.wr, o.buf, keys).await;
                         out.borrow_mut().pubs.push(r);
                     } else {
@@ -228,8 +254,14 @@ async fn thread_body(plan: ThreadPlan, args: Arc<Args>, target: Arc<Target>, sha
         });
     }
     for i in 0..plan.subs {
-        let (shared, target, out, done, slots, lat) =
-            (shared.clone(), target.clone(), out.clone(), done.clone(), slots.clone(), lat.clone());
+        let (shared, target, out, done, slots, lat) = (
+            shared.clone(),
+            target.clone(),
+            out.clone(),
+            done.clone(),
+            slots.clone(),
+            lat.clone(),
+        );
         let path = plan.sub_path.clone();
         let filtered = args.where_.is_some();
         let sample = args.sample;
@@ -242,7 +274,9 @@ async fn thread_body(plan: ThreadPlan, args: Arc<Args>, target: Arc<Target>, sha
                     let g = &o.greeting;
                     let end_offset = g.get("end_offset").and_then(|v| v.as_u64()).unwrap_or(0);
                     let (start, replay_end) = match g.get("replay").and_then(|v| v.as_array()) {
-                        Some(a) if a.len() == 2 => (a[0].as_u64().unwrap_or(0), a[1].as_u64().unwrap_or(0)),
+                        Some(a) if a.len() == 2 => {
+                            (a[0].as_u64().unwrap_or(0), a[1].as_u64().unwrap_or(0))
+                        }
                         _ => (end_offset, end_offset),
                     };
                     let st = Rc::new(SubState {
@@ -252,11 +286,20 @@ async fn thread_body(plan: ThreadPlan, args: Arc<Args>, target: Arc<Target>, sha
                         finished: false.into(),
                         pong: RefCell::new(Vec::new()),
                     });
-                    slots.borrow_mut().push(SubSlot { st: st.clone(), wr: Some(o.wr), closed: false });
-                    out.borrow_mut().greeting.as_mut().unwrap().saturating_record(greeting_us);
+                    slots.borrow_mut().push(SubSlot {
+                        st: st.clone(),
+                        wr: Some(o.wr),
+                        closed: false,
+                    });
+                    out.borrow_mut()
+                        .greeting
+                        .as_mut()
+                        .unwrap()
+                        .saturating_record(greeting_us);
                     shared.opened.fetch_add(1, AcqRel);
                     let cfg = SubConfig { filtered, sample };
-                    let r = subscriber::run(cfg, shared.clone(), st.clone(), o.rd, o.buf, lat).await;
+                    let r =
+                        subscriber::run(cfg, shared.clone(), st.clone(), o.rd, o.buf, lat).await;
                     shared.subs_done.fetch_add(1, AcqRel);
                     out.borrow_mut().subs.push(SubOutcome {
                         result: r,
@@ -271,7 +314,9 @@ async fn thread_body(plan: ThreadPlan, args: Arc<Args>, target: Arc<Target>, sha
                 Err(e) => {
                     shared.open_failed.fetch_add(1, AcqRel);
                     shared.abort.store(true, Relaxed);
-                    out.borrow_mut().open_errors.push(format!("subscriber: {e}"));
+                    out.borrow_mut()
+                        .open_errors
+                        .push(format!("subscriber: {e}"));
                 }
             }
             done.set(done.get() + 1);
@@ -333,7 +378,12 @@ async fn thread_body(plan: ThreadPlan, args: Arc<Args>, target: Arc<Target>, sha
             let Some(mut wr) = wr else { continue };
             let mut bytes = Vec::new();
             for p in pongs {
-                wsclient::client_frame(corecast_net::ws::frame::OpCode::Pong, &p, &mut keys, &mut bytes);
+                wsclient::client_frame(
+                    corecast_net::ws::frame::OpCode::Pong,
+                    &p,
+                    &mut keys,
+                    &mut bytes,
+                );
             }
             if should_close {
                 bytes.extend_from_slice(&close_frame(1000, &mut keys));
@@ -378,7 +428,10 @@ fn run(args: Args) -> Result<ExitCode, String> {
     let replay_offset = match args.offset.as_deref() {
         None => None,
         Some("earliest") => Some(0u64),
-        Some(n) => Some(n.parse::<u64>().map_err(|_| format!("--offset {n:?}: a number or `earliest`"))?),
+        Some(n) => Some(
+            n.parse::<u64>()
+                .map_err(|_| format!("--offset {n:?}: a number or `earliest`"))?,
+        ),
     };
     if args.publishers > 0 && args.duration.is_none() && args.rows.is_none() {
         return Err("publishing needs --duration and/or --rows (runs are bounded)".into());
@@ -387,7 +440,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
         return Err("live subscribers with no publishers need --duration".into());
     }
     if let Some(r) = args.rate {
-        if !(r > 0.0) {
+        if r.is_nan() || r <= 0.0 {
             return Err("--rate must be positive".into());
         }
     }
@@ -398,7 +451,11 @@ fn run(args: Args) -> Result<ExitCode, String> {
     if let Some(w) = &args.where_ {
         query.push(format!("where={}", pct_encode(w)));
     }
-    let sub_path = if query.is_empty() { target.path.clone() } else { format!("{}?{}", target.path, query.join("&")) };
+    let sub_path = if query.is_empty() {
+        target.path.clone()
+    } else {
+        format!("{}?{}", target.path, query.join("&"))
+    };
 
     let pid = args.server_pid.map(|p| p.to_string());
     let t_begin = Instant::now();
@@ -411,7 +468,12 @@ fn run(args: Args) -> Result<ExitCode, String> {
     // per-publisher shares of rows and rate
     let p = args.publishers as u64;
     let mut plans: Vec<ThreadPlan> = (0..args.threads)
-        .map(|tid| ThreadPlan { tid, pubs: Vec::new(), subs: 0, sub_path: sub_path.clone(), replay: replay_offset.is_some() })
+        .map(|tid| ThreadPlan {
+            tid,
+            pubs: Vec::new(),
+            subs: 0,
+            sub_path: sub_path.clone(),
+        })
         .collect();
     for i in 0..args.publishers {
         let rows = args.rows.map(|n| n / p + u64::from((i as u64) < n % p));
@@ -428,7 +490,6 @@ fn run(args: Args) -> Result<ExitCode, String> {
     for j in 0..args.subscribers {
         plans[j % args.threads].subs += 1;
     }
-    let _ = plans.iter().map(|p| p.replay).count();
 
     let mut cpu0 = pid.as_deref().and_then(procstat::cpu_seconds);
     let self_cpu0 = procstat::cpu_seconds("self");
@@ -443,10 +504,15 @@ fn run(args: Args) -> Result<ExitCode, String> {
                 .name(format!("loadgen-{}", plan.tid))
                 .spawn(move || {
                     let s2 = s.clone();
-                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| thread_main(plan, a, t, s, deadline)));
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        thread_main(plan, a, t, s, deadline)
+                    }));
                     r.unwrap_or_else(|_| {
                         s2.abort.store(true, Relaxed);
-                        ThreadOut { open_errors: vec!["a client thread panicked".into()], ..ThreadOut::default() }
+                        ThreadOut {
+                            open_errors: vec!["a client thread panicked".into()],
+                            ..ThreadOut::default()
+                        }
                     })
                 })
                 .expect("spawn client thread")
@@ -502,7 +568,10 @@ fn run(args: Args) -> Result<ExitCode, String> {
             last_print = Instant::now();
         }
     }
-    let outs: Vec<ThreadOut> = handles.into_iter().map(|h| h.join().unwrap_or_default()).collect();
+    let outs: Vec<ThreadOut> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or_default())
+        .collect();
     let end = Instant::now();
     let cpu1 = pid.as_deref().and_then(procstat::cpu_seconds);
     let rss = pid.as_deref().and_then(procstat::rss_kib);
@@ -514,7 +583,17 @@ fn run(args: Args) -> Result<ExitCode, String> {
         (Some(a), Some(b)) => Some(a - b),
         _ => None,
     };
-    let rep = report::Report::build(&args, &shared, go, end, outs, replay_offset, server_cpu, rss, self_cpu);
+    let rep = report::Report::build(
+        &args,
+        &shared,
+        go,
+        end,
+        outs,
+        replay_offset,
+        server_cpu,
+        rss,
+        self_cpu,
+    );
     if args.json {
         println!("{}", rep.json());
     } else {

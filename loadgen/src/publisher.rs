@@ -103,7 +103,15 @@ pub async fn run(
     })
     .await;
     if owed.is_none() {
-        fail(&st, &shared, format!("{} replies still owed after {:?}", st.in_flight.get(), plan.drain));
+        fail(
+            &st,
+            &shared,
+            format!(
+                "{} replies still owed after {:?}",
+                st.in_flight.get(),
+                plan.drain
+            ),
+        );
     }
     // a close ends the reader: the server answers it (nothing is owed any more)
     if let Some(w) = wr.as_mut() {
@@ -160,7 +168,9 @@ async fn write_frames(
     let epoch = shared.started().expect("publishers run after go");
     let t0 = epoch.at;
     let end = plan.duration.map(|d| t0 + d);
-    let frame_interval = plan.rate.map(|r| Duration::from_secs_f64(plan.batch as f64 / r));
+    let frame_interval = plan
+        .rate
+        .map(|r| Duration::from_secs_f64(plan.batch as f64 / r));
     let total_frames = plan.rows.map(|r| r.div_ceil(plan.batch as u64));
     let mut sent_frames: u64 = 0;
     let mut sent_rows: u64 = 0;
@@ -240,7 +250,8 @@ async fn write_frames(
         if let Err(e) = res {
             let mut r = st.result.borrow_mut();
             r.errors += 1;
-            r.first_error.get_or_insert(format!("publisher {} write: {e}", plan.id));
+            r.first_error
+                .get_or_insert(format!("publisher {} write: {e}", plan.id));
             shared.abort.store(true, Relaxed);
             return None;
         }
@@ -251,12 +262,7 @@ async fn write_frames(
     Some(wr)
 }
 
-async fn read_replies(
-    st: Rc<State>,
-    shared: Arc<Shared>,
-    mut rd: ReadHalf,
-    mut buf: Vec<u8>,
-) {
+async fn read_replies(st: Rc<State>, shared: Arc<Shared>, mut rd: ReadHalf, mut buf: Vec<u8>) {
     let mut pos = 0usize;
     loop {
         // parse what is buffered
@@ -277,7 +283,11 @@ async fn read_replies(
                 }
                 Frame::Close(code, reason) => {
                     if st.in_flight.get() > 0 {
-                        fail(&st, &shared, format!("publisher closed by server: {code} {reason}"));
+                        fail(
+                            &st,
+                            &shared,
+                            format!("publisher closed by server: {code} {reason}"),
+                        );
                     }
                     return;
                 }
@@ -297,7 +307,11 @@ async fn read_replies(
         match res {
             Ok(0) => {
                 if st.in_flight.get() > 0 {
-                    fail(&st, &shared, "publisher connection closed with replies owed".into());
+                    fail(
+                        &st,
+                        &shared,
+                        "publisher connection closed with replies owed".into(),
+                    );
                 }
                 return;
             }
@@ -331,7 +345,8 @@ fn on_reply(st: &State, shared: &Shared, p: &[u8], now: Instant) {
     if !p.starts_with(b"{\"ok\":[") {
         let text = String::from_utf8_lossy(&p[..p.len().min(200)]).into_owned();
         r.errors += 1;
-        r.first_error.get_or_insert(format!("publish refused: {text}"));
+        r.first_error
+            .get_or_insert(format!("publish refused: {text}"));
         shared.abort.store(true, Relaxed);
         return;
     }

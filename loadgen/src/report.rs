@@ -76,7 +76,8 @@ impl Report {
         let mut lat = crate::hist();
         let mut greet = crate::hist();
         let mut ack = crate::hist();
-        let (mut frames_sent, mut rows_sent, mut frames_acked, mut rows_acked, mut pub_errors) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        let (mut frames_sent, mut rows_sent, mut frames_acked, mut rows_acked, mut pub_errors) =
+            (0u64, 0u64, 0u64, 0u64, 0u64);
         let mut first_offset: Option<u64> = None;
         let mut last_ack: Option<Instant> = None;
         let mut subs = Vec::new();
@@ -99,7 +100,10 @@ impl Report {
                 rows_acked += p.rows_acked;
                 pub_errors += p.errors;
                 if p.offset_faults > 0 {
-                    failures.push(format!("publisher acks went backwards {} times", p.offset_faults));
+                    failures.push(format!(
+                        "publisher acks went backwards {} times",
+                        p.offset_faults
+                    ));
                 }
                 if let Some(e) = p.first_error {
                     failures.push(e);
@@ -119,12 +123,14 @@ impl Report {
         }
         let filtered = args.where_.is_some();
         let final_end = shared.final_end.load(Acquire);
-        let (mut delivered, mut gaps, mut gap_events, mut dups, mut missing, mut expected) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+        let (mut delivered, mut gaps, mut gap_events, mut dups, mut missing, mut expected) =
+            (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
         let mut last_frame: Option<Instant> = None;
         let mut complete = 0usize;
         let mut bad_closes = 0usize;
         let mut first_bad: Option<String> = None;
-        let (mut replay_rows, mut replay_first, mut replay_last) = (0u64, None::<Instant>, None::<Instant>);
+        let (mut replay_rows, mut replay_first, mut replay_last) =
+            (0u64, None::<Instant>, None::<Instant>);
         let mut replay_incomplete = 0usize;
         for s in &subs {
             delivered += s.result.frames;
@@ -133,14 +139,19 @@ impl Report {
             dups += s.result.dups;
             last_frame = last_frame.max(s.result.last_frame_at);
             let end_expected = if args.publishers > 0 {
-                Some(if final_end > 0 { final_end.max(s.start) } else { s.start })
+                Some(if final_end > 0 {
+                    final_end.max(s.start)
+                } else {
+                    s.start
+                })
             } else if replay_offset.is_some() && args.duration.is_none() {
                 Some(s.replay_end)
             } else {
                 None
             };
             let mut start = s.start;
-            if let (Some(f), true) = (first_offset, args.publishers > 0 && replay_offset.is_none()) {
+            if let (Some(f), true) = (first_offset, args.publishers > 0 && replay_offset.is_none())
+            {
                 if s.start > f {
                     // attached after the first acked row: those rows never reached it
                     missing += s.start - f;
@@ -149,7 +160,10 @@ impl Report {
             }
             if let Some(want) = replay_offset.filter(|&o| o > 0) {
                 if s.start != want {
-                    failures.push(format!("replay asked for {want}, the greeting's window starts at {}", s.start));
+                    failures.push(format!(
+                        "replay asked for {want}, the greeting's window starts at {}",
+                        s.start
+                    ));
                 }
             }
             if let Some(e) = end_expected {
@@ -162,9 +176,14 @@ impl Report {
                     }
                 }
             }
-            let closed_ok = matches!(s.result.close, Some((1000, _)) | Some((1001, _)) | Some((1005, _)));
+            let closed_ok = matches!(
+                s.result.close,
+                Some((1000, _)) | Some((1001, _)) | Some((1005, _))
+            );
             let reached = end_expected.is_none_or(|e| s.next >= e);
-            if !(closed_ok || (s.result.error.is_some() && reached && s.result.close.is_none())) || (s.result.error.is_some() && !reached) {
+            if !(closed_ok || (s.result.error.is_some() && reached && s.result.close.is_none()))
+                || (s.result.error.is_some() && !reached)
+            {
                 bad_closes += 1;
                 if first_bad.is_none() {
                     first_bad = Some(match (&s.result.close, &s.result.error) {
@@ -176,7 +195,8 @@ impl Report {
             }
             if replay_offset.is_some() && s.replay_end > s.start {
                 replay_rows += s.replay_end - s.start;
-                replay_first = Some(replay_first.map_or(s.connect_at, |x: Instant| x.min(s.connect_at)));
+                replay_first =
+                    Some(replay_first.map_or(s.connect_at, |x: Instant| x.min(s.connect_at)));
                 match s.replay_done_at {
                     Some(d) => replay_last = replay_last.max(Some(d)),
                     None => replay_incomplete += 1,
@@ -184,19 +204,28 @@ impl Report {
             }
         }
         if subs.len() < args.subscribers {
-            failures.push(format!("{} of {} subscribers never finished", args.subscribers - subs.len(), args.subscribers));
+            failures.push(format!(
+                "{} of {} subscribers never finished",
+                args.subscribers - subs.len(),
+                args.subscribers
+            ));
         }
         if gaps > 0 {
             failures.push(format!("LOSS: {gaps} offsets skipped ({gap_events} gaps)"));
         }
         if dups > 0 {
-            failures.push(format!("DUPLICATES: {dups} frames repeated or out of order"));
+            failures.push(format!(
+                "DUPLICATES: {dups} frames repeated or out of order"
+            ));
         }
         if missing > 0 {
             failures.push(format!("LOSS: {missing} expected offsets never arrived"));
         }
         if bad_closes > 0 {
-            failures.push(format!("{bad_closes} subscribers ended badly (first: {})", first_bad.unwrap_or_default()));
+            failures.push(format!(
+                "{bad_closes} subscribers ended badly (first: {})",
+                first_bad.unwrap_or_default()
+            ));
         }
         if replay_incomplete > 0 {
             failures.push(format!("{replay_incomplete} replays did not complete"));
@@ -216,16 +245,30 @@ impl Report {
             (Some(a), Some(b)) => Some(b.duration_since(a).as_secs_f64()),
             _ => None,
         };
-        let replay_rate = replay_secs.filter(|s| *s > 0.0).map(|s| replay_rows as f64 / s);
+        let replay_rate = replay_secs
+            .filter(|s| *s > 0.0)
+            .map(|s| replay_rows as f64 / s);
         let elapsed = end.duration_since(go.at).as_secs_f64();
-        let per_frame = server_cpu.filter(|_| delivered > 0).map(|c| c * 1e6 / delivered as f64);
-        let per_row = server_cpu.filter(|_| rows_acked > 0).map(|c| c * 1e6 / rows_acked as f64);
+        let per_frame = server_cpu
+            .filter(|_| delivered > 0)
+            .map(|c| c * 1e6 / delivered as f64);
+        let per_row = server_cpu
+            .filter(|_| rows_acked > 0)
+            .map(|c| c * 1e6 / rows_acked as f64);
         let l = pcts(&lat);
         let g = pcts(&greet);
         let a = pcts(&ack);
 
         let mut d = String::new();
-        let _ = write!(d, "{{\"ok\":{ok},\"failures\":[{}]", failures.iter().map(|f| jstr(f)).collect::<Vec<_>>().join(","));
+        let _ = write!(
+            d,
+            "{{\"ok\":{ok},\"failures\":[{}]",
+            failures
+                .iter()
+                .map(|f| jstr(f))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
         let _ = write!(
             d,
             ",\"config\":{{\"url\":{},\"publishers\":{},\"window\":{},\"batch\":{},\"rate\":{},\"subscribers\":{},\"threads\":{},\"duration\":{},\"rows\":{},\"offset\":{},\"where\":{},\"sample\":{}}}",
@@ -271,8 +314,17 @@ impl Report {
             l[5],
             args.rate.is_some()
         );
-        let _ = write!(d, ",\"greeting_us\":{{\"count\":{},\"p50\":{},\"p99\":{},\"max\":{}}}", g[0], g[1], g[3], g[5]);
-        let _ = write!(d, ",\"replay\":{{\"rows\":{replay_rows},\"seconds\":{},\"rows_per_s\":{}}}", num(replay_secs), num(replay_rate));
+        let _ = write!(
+            d,
+            ",\"greeting_us\":{{\"count\":{},\"p50\":{},\"p99\":{},\"max\":{}}}",
+            g[0], g[1], g[3], g[5]
+        );
+        let _ = write!(
+            d,
+            ",\"replay\":{{\"rows\":{replay_rows},\"seconds\":{},\"rows_per_s\":{}}}",
+            num(replay_secs),
+            num(replay_rate)
+        );
         let _ = write!(
             d,
             ",\"server\":{{\"pid\":{},\"cpu_s\":{},\"cpu_us_per_delivered_frame\":{},\"cpu_us_per_published_row\":{},\"rss_kib\":{},\"rss_peak_kib\":{}}}",
@@ -286,7 +338,12 @@ impl Report {
         let _ = write!(d, ",\"client_cpu_s\":{}}}", num(self_cpu));
 
         let mut t = String::new();
-        let _ = writeln!(t, "loadgen {} ({})", args.url, if ok { "OK" } else { "FAILED" });
+        let _ = writeln!(
+            t,
+            "loadgen {} ({})",
+            args.url,
+            if ok { "OK" } else { "FAILED" }
+        );
         if args.publishers > 0 {
             let _ = writeln!(
                 t,
@@ -311,7 +368,11 @@ impl Report {
             let _ = writeln!(t, "  greeting µs: p50 {} max {}", g[1], g[5]);
         }
         if replay_offset.is_some() {
-            let _ = writeln!(t, "  replay: {replay_rows} rows, {} rows/s", num(replay_rate));
+            let _ = writeln!(
+                t,
+                "  replay: {replay_rows} rows, {} rows/s",
+                num(replay_rate)
+            );
         }
         if let Some(c) = server_cpu {
             let _ = writeln!(
@@ -325,7 +386,12 @@ impl Report {
         for f in &failures {
             let _ = writeln!(t, "  FAIL: {f}");
         }
-        Report { ok, failures, doc: d, text: t }
+        Report {
+            ok,
+            failures,
+            doc: d,
+            text: t,
+        }
     }
 
     pub fn json(&self) -> String {

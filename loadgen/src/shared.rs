@@ -14,7 +14,10 @@ pub struct Epoch {
 
 impl Epoch {
     pub fn now() -> Epoch {
-        Epoch { at: Instant::now(), us: now_us() }
+        Epoch {
+            at: Instant::now(),
+            us: now_us(),
+        }
     }
     pub fn us_at(&self, t: Instant) -> i64 {
         self.us + t.saturating_duration_since(self.at).as_micros() as i64
@@ -24,7 +27,10 @@ impl Epoch {
 /// µs since the Unix epoch.
 #[inline]
 pub fn now_us() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
 }
 
 #[derive(Default)]

@@ -164,7 +164,9 @@ pub async fn run(
         }
     }
     st.next.set(next);
-    shared.delivered.fetch_add(r.frames - delivered_reported, Relaxed);
+    shared
+        .delivered
+        .fetch_add(r.frames - delivered_reported, Relaxed);
     st.finished.set(true);
     r
 }

@@ -145,7 +145,9 @@ pub async fn open(
     nonce[8..].copy_from_slice(&keys.next().to_ne_bytes());
     let key = client_key(nonce);
     let fut = async move {
-        let conn = Conn::connect(addr).await.map_err(|e| format!("connect {addr}: {e}"))?;
+        let conn = Conn::connect(addr)
+            .await
+            .map_err(|e| format!("connect {addr}: {e}"))?;
         let (mut rd, mut wr) = conn.split();
         let (res, _) = wr.write_all(client_request(host, path, &key)).await;
         res.map_err(|e| format!("write upgrade: {e}"))?;
@@ -171,7 +173,12 @@ pub async fn open(
                     let greeting: sonic_rs::Value = sonic_rs::from_slice(&buf[r])
                         .map_err(|e| format!("greeting is not JSON: {e}"))?;
                     buf.drain(..next);
-                    return Ok(Opened { rd, wr, buf, greeting });
+                    return Ok(Opened {
+                        rd,
+                        wr,
+                        buf,
+                        greeting,
+                    });
                 }
                 Some((Frame::Close(code, reason), _)) => {
                     return Err(format!("closed before the greeting: {code} {reason}"))

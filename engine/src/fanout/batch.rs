@@ -42,13 +42,21 @@ impl SseBatch {
         if from >= to {
             return Bytes::new();
         }
-        let start = if from == 0 { 0 } else { self.ends[from - 1] as usize };
+        let start = if from == 0 {
+            0
+        } else {
+            self.ends[from - 1] as usize
+        };
         self.events.slice(start..self.ends[to - 1] as usize)
     }
 
     /// Bytes of events `from..to`.
     pub fn bytes_between(&self, from: usize, to: usize) -> usize {
-        let start = if from == 0 { 0 } else { self.ends[from - 1] as usize };
+        let start = if from == 0 {
+            0
+        } else {
+            self.ends[from - 1] as usize
+        };
         self.ends[to - 1] as usize - start
     }
 }
@@ -220,7 +228,10 @@ mod tests {
         assert_eq!(&tail[2..], br#"[9,1000,{"a":3}]"#);
         assert_eq!(fb.payload(1), br#"[8,1000,{"a":2}]"#);
         let sse = fb.sse();
-        assert_eq!(&sse.slice(1, 3)[..], b"id: 8\ndata: [8,1000,{\"a\":2}]\n\nid: 9\ndata: [9,1000,{\"a\":3}]\n\n");
+        assert_eq!(
+            &sse.slice(1, 3)[..],
+            b"id: 8\ndata: [8,1000,{\"a\":2}]\n\nid: 9\ndata: [9,1000,{\"a\":3}]\n\n"
+        );
         assert!(std::ptr::eq(sse, fb.sse()), "rendered once");
     }
 

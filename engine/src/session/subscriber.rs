@@ -274,9 +274,12 @@ async fn serve(
             frames_write(stream, wr, &mut fv, frames).await?;
             continue;
         }
+        // caught up with everything committed: the hub's head may still trail the writer's
+        // frontier while the last batch waits in this shard's inbox
         if ctx.shutting_down()
             && ctx.shared.publishers_open.load(Ordering::SeqCst) == 0
             && next >= head
+            && head >= stream.end.load(Ordering::Acquire)
         {
             return Some((1001, "server shutting down".into()));
         }
