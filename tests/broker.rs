@@ -1832,3 +1832,32 @@ fn es_mbo_sample_reaches_two_subscribers_byte_identical() {
     eprintln!("es-mbo: {n} rows in {:?}", started.elapsed());
     srv.kill9();
 }
+
+#[test]
+fn sigterm_does_not_wait_for_idle_peers_that_never_read_or_answer() {
+    let setup = Setup::new();
+    let cfg = standard_config(&setup);
+    let srv = Server::start(Some(&cfg), &setup.data(), &[]);
+    // subscribers and an SSE reader that read their greeting and then go silent (never answer
+    // the close frame, never send anything)
+    let mut idle = Vec::new();
+    for _ in 0..5 {
+        let (ws, _greeting) = open(&srv, "trades");
+        idle.push(ws);
+    }
+    let mut sse = srv.tcp();
+    std::io::Write::write_all(
+        &mut sse,
+        b"GET /trades/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n",
+    )
+    .expect("sse request");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let t0 = std::time::Instant::now();
+    assert_eq!(srv.stop(), Some(0));
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(5),
+        "shutdown took {:?} with idle peers",
+        t0.elapsed()
+    );
+    drop(idle);
+}

@@ -319,7 +319,7 @@ pub async fn serve(
         return;
     }
     let state = Rc::new(State::default());
-    rt::spawn(watch(rd, state.clone(), signal.clone()));
+    rt::spawn(watch(rd, state.clone(), Rc::downgrade(&signal)));
     ctx.register(&signal);
     st.stats.sse_subscribers.fetch_add(1, Ordering::Relaxed);
     let lag = st.stats.lag.register(next);
@@ -350,7 +350,9 @@ pub async fn serve(
 }
 
 /// Reads (and drops) whatever the client sends, to notice when it goes.
-async fn watch(mut rd: ReadHalf, state: Rc<State>, signal: Rc<Signal>) {
+/// Watches the socket for the peer going away. Holds the signal weakly so an idle peer does not
+/// keep the session counted as live at shutdown.
+async fn watch(mut rd: ReadHalf, state: Rc<State>, signal: std::rc::Weak<Signal>) {
     let mut buf = Vec::with_capacity(512);
     loop {
         buf.clear();
@@ -358,7 +360,9 @@ async fn watch(mut rd: ReadHalf, state: Rc<State>, signal: Rc<Signal>) {
             (Ok(n), b) if n > 0 => buf = b,
             _ => {
                 state.gone.set(true);
-                signal.raise();
+                if let Some(s) = signal.upgrade() {
+                    s.raise();
+                }
                 return;
             }
         }

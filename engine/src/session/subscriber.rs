@@ -11,7 +11,7 @@
 //! the connection: one writer task and one reader task (pings, the peer's close).
 
 use std::cell::{Cell, RefCell};
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -58,7 +58,9 @@ pub async fn run(
 ) {
     let state = Rc::new(SubState::default());
     stream.stats.subscribers.fetch_add(1, Ordering::Relaxed);
-    rt::spawn(read_loop(ws, state.clone(), signal.clone()));
+    // the reader task holds the signal weakly: a peer that never sends must not keep the
+    // session counted as live (shutdown waits for live sessions)
+    rt::spawn(read_loop(ws, state.clone(), Rc::downgrade(&signal)));
     let close = serve(
         &ctx,
         &stream,
@@ -79,27 +81,32 @@ pub async fn run(
     }
 }
 
-async fn read_loop(mut ws: WsReader, state: Rc<SubState>, signal: Rc<Signal>) {
+async fn read_loop(mut ws: WsReader, state: Rc<SubState>, signal: Weak<Signal>) {
+    let raise = || {
+        if let Some(s) = signal.upgrade() {
+            s.raise();
+        }
+    };
     loop {
         match ws.next().await {
             WsIn::Message { .. } => {}
             WsIn::Ping(p) => {
                 encode_pong(&p, None, &mut state.control.borrow_mut());
-                signal.raise();
+                raise();
             }
             WsIn::Close { code } => {
                 state.peer_close.set(Some((code.unwrap_or(1000), true)));
-                signal.raise();
+                raise();
                 return;
             }
             WsIn::Violation { code, .. } => {
                 state.peer_close.set(Some((code, false)));
-                signal.raise();
+                raise();
                 return;
             }
             WsIn::Gone => {
                 state.gone.set(true);
-                signal.raise();
+                raise();
                 return;
             }
         }
