@@ -335,6 +335,19 @@ impl Buffer {
         self.marks.iter()
     }
 
+    /// Turns SQLite's automatic checkpoint off for this writer: a maintenance thread runs
+    /// [`super::Checkpointer::run`] instead, so no commit pays for copying the WAL into the
+    /// database file. Without that thread the WAL grows without bound; call this only with one.
+    pub fn checkpoint_elsewhere(&mut self) -> Result<(), StorageError> {
+        self.conn
+            .pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(|source| StorageError::Sqlite {
+                path: self.path().to_path_buf(),
+                op: "setting wal_autocheckpoint=0",
+                source,
+            })
+    }
+
     /// Caps the database at `pages` pages (`PRAGMA max_page_count`; SQLite will not set it below
     /// the current size) and returns the cap in force. A commit that would pass it fails as disk
     /// full. A per-stream quota, and the way tests simulate a full disk.

@@ -20,11 +20,13 @@
 //! old rows are deleted).
 
 pub mod buffer;
+pub mod checkpoint;
 pub mod error;
 pub mod marks;
 pub mod reader;
 
 pub use buffer::{AppendBatch, BatchOutcome, Buffer, PublisherSeq, DB_FILE_NAME, LOCK_FILE_NAME};
+pub use checkpoint::{CheckpointStats, Checkpointer};
 pub use error::{CommitFailed, StorageError};
 pub use marks::{Mark, DEDUPE_WINDOW_RANGES};
 pub use reader::{BufferReader, StoredRow};
