@@ -25,7 +25,7 @@ fn run(dir: &std::path::Path, commits: usize, rows: usize, elsewhere: bool) -> V
             }
         })
     });
-    let row = vec![b'x'; 120];
+    let row = [b'x'; 120];
     let batch: Vec<&[u8]> = (0..rows).map(|_| &row[..]).collect();
     let mut lat = Vec::with_capacity(commits);
     for _ in 0..commits {
