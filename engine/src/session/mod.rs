@@ -3,6 +3,7 @@
 //! [`ws_io`] turns socket bytes into WebSocket events for all of them.
 
 pub mod conn;
+pub mod deliver;
 pub mod echo;
 pub mod metrics;
 pub mod publisher;

@@ -35,17 +35,14 @@ use corecast_net::http::response::{json_error_body, ResponseHead};
 use corecast_net::rt::{self, FrameVec, ReadHalf, WriteHalf};
 use corecast_net::sse;
 
+use super::deliver::{gather, write, Rendering};
 use super::route::parse_py_int;
 use crate::config::HttpApiConfig;
-use crate::fanout::batch::FrameBatch;
 use crate::fanout::signal::Signal;
 use crate::filter::Filter;
 use crate::registry::{now_us, Stream};
 use crate::replay::ReplayJob;
 use crate::shard::ShardCtx;
-
-/// Most bytes gathered into one vectored write.
-const WRITE_BYTES_MAX: usize = 4 << 20;
 
 /// The SSE settings in force (from the config's `[sse]` table).
 #[derive(Debug, Clone)]
@@ -380,63 +377,6 @@ fn ping_gap(set: &SseSettings) -> Duration {
     set.ping_min + Duration::from_millis(if spread == 0 { 0 } else { x % (spread + 1) })
 }
 
-/// Adds the SSE events of `batch` from sequence `from` that pass `filter` to `fv`; returns the
-/// next sequence owed and the events added.
-fn gather(batch: &FrameBatch, from: u64, filter: Option<&Filter>, fv: &mut FrameVec) -> (u64, u64) {
-    let ev = batch.sse();
-    let mut i = from.saturating_sub(batch.first) as usize;
-    let n = batch.len();
-    let mut events = 0u64;
-    match filter {
-        None => {
-            let mut j = i;
-            while j < n && fv.len() + ev.bytes_between(i, j + 1) <= WRITE_BYTES_MAX {
-                j += 1;
-            }
-            if j == i && i < n && fv.is_empty() {
-                j = i + 1;
-            }
-            if j > i {
-                fv.push(ev.slice(i, j));
-                events = (j - i) as u64;
-            }
-            i = j;
-        }
-        Some(f) => {
-            let mut run_start: Option<usize> = None;
-            while i < n {
-                if fv.len() >= WRITE_BYTES_MAX || fv.parts() + 1 >= FrameVec::MAX_IOV {
-                    break;
-                }
-                if f.matches(batch.row(i)) {
-                    run_start.get_or_insert(i);
-                    events += 1;
-                } else if let Some(s) = run_start.take() {
-                    fv.push(ev.slice(s, i));
-                }
-                i += 1;
-            }
-            if let Some(s) = run_start {
-                fv.push(ev.slice(s, i));
-            }
-        }
-    }
-    (batch.first + i as u64, events)
-}
-
-async fn write(st: &Stream, wr: &mut WriteHalf, fv: &mut FrameVec, events: u64) -> Option<()> {
-    let bytes = fv.len() as u64;
-    let (res, back) = wr.write_frames(std::mem::take(fv)).await;
-    *fv = back;
-    res.ok()?;
-    st.stats.frames_out.fetch_add(events, Ordering::Relaxed);
-    st.stats.bytes_out.fetch_add(bytes, Ordering::Relaxed);
-    if events > 0 {
-        st.stats.last_send_us.store(now_us(), Ordering::Relaxed);
-    }
-    Some(())
-}
-
 /// The stream's loop; `Some(reason)` when it ends with a goodbye, `None` when the client went or
 /// a write failed.
 #[allow(clippy::too_many_arguments)]
@@ -490,7 +430,7 @@ async fn run(
                     Ok(Ok(batch)) => {
                         let mut from = next.max(batch.first);
                         while from < batch.end() {
-                            let (n, e) = gather(&batch, from, filter, &mut fv);
+                            let (n, e) = gather(&batch, Rendering::Sse, from, filter, &mut fv);
                             events += e;
                             from = n;
                             if from < batch.end() {
@@ -506,7 +446,7 @@ async fn run(
                 next = next.max(base);
                 let hub = ctx.hubs[st.index].borrow();
                 for b in hub.batches_from(next) {
-                    let (n, e) = gather(b, next, filter, &mut fv);
+                    let (n, e) = gather(b, Rendering::Sse, next, filter, &mut fv);
                     next = n;
                     events += e;
                     if n < b.end() {

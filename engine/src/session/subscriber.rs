@@ -19,16 +19,13 @@ use corecast_net::rt::{self, FrameVec, WriteHalf};
 use corecast_net::ws::close::CloseCode;
 use corecast_net::ws::frame::{encode_close, encode_pong};
 
+use super::deliver::{gather, write, Rendering};
 use super::ws_io::{WsIn, WsReader};
-use crate::fanout::batch::FrameBatch;
 use crate::fanout::signal::Signal;
 use crate::filter::Filter;
-use crate::registry::{now_us, Stream};
+use crate::registry::Stream;
 use crate::replay::ReplayJob;
 use crate::shard::ShardCtx;
-
-/// Most bytes gathered into one vectored write.
-const WRITE_BYTES_MAX: usize = 4 << 20;
 
 #[derive(Default)]
 struct SubState {
@@ -113,51 +110,6 @@ async fn read_loop(mut ws: WsReader, state: Rc<SubState>, signal: Weak<Signal>) 
     }
 }
 
-/// Adds the frames of `batch` from sequence `from` on that pass `filter` to `fv`, stopping once
-/// `fv` holds `WRITE_BYTES_MAX` bytes or `FrameVec::MAX_IOV` slices. Returns the next sequence owed
-/// and the frames added.
-fn gather(batch: &FrameBatch, from: u64, filter: Option<&Filter>, fv: &mut FrameVec) -> (u64, u64) {
-    let mut i = from.saturating_sub(batch.first) as usize;
-    let n = batch.len();
-    let mut frames = 0u64;
-    match filter {
-        None => {
-            let mut j = i;
-            while j < n && fv.len() + (batch.frame_end(j) - batch.frame_start(i)) <= WRITE_BYTES_MAX
-            {
-                j += 1;
-            }
-            if j == i && i < n && fv.is_empty() {
-                j = i + 1; // one frame larger than the cap still goes
-            }
-            if j > i {
-                fv.push(batch.slice(i, j));
-                frames = (j - i) as u64;
-            }
-            i = j;
-        }
-        Some(f) => {
-            let mut run_start: Option<usize> = None;
-            while i < n {
-                if fv.len() >= WRITE_BYTES_MAX || fv.parts() + 1 >= FrameVec::MAX_IOV {
-                    break;
-                }
-                if f.matches(batch.row(i)) {
-                    run_start.get_or_insert(i);
-                    frames += 1;
-                } else if let Some(s) = run_start.take() {
-                    fv.push(batch.slice(s, i));
-                }
-                i += 1;
-            }
-            if let Some(s) = run_start {
-                fv.push(batch.slice(s, i));
-            }
-        }
-    }
-    (batch.first + i as u64, frames)
-}
-
 #[allow(clippy::too_many_arguments)]
 async fn serve(
     ctx: &ShardCtx,
@@ -216,7 +168,7 @@ async fn serve(
                     }
                 }
                 if !fv.is_empty() {
-                    frames_write(stream, wr, &mut fv, frames).await?;
+                    write(stream, wr, &mut fv, frames).await?;
                 }
             }
             return Some((
@@ -252,11 +204,12 @@ async fn serve(
                         } else {
                             let mut from = next.max(batch.first);
                             while from < batch.end() {
-                                let (n, f) = gather(&batch, from, filter, &mut fv);
+                                let (n, f) =
+                                    gather(&batch, Rendering::WebSocket, from, filter, &mut fv);
                                 frames += f;
                                 from = n;
                                 if from < batch.end() {
-                                    frames_write(stream, wr, &mut fv, frames).await?;
+                                    write(stream, wr, &mut fv, frames).await?;
                                     frames = 0;
                                 }
                             }
@@ -268,7 +221,7 @@ async fn serve(
             } else {
                 let hub = ctx.hubs[stream.index].borrow();
                 for b in hub.batches_from(next) {
-                    let (n, f) = gather(b, next, filter, &mut fv);
+                    let (n, f) = gather(b, Rendering::WebSocket, next, filter, &mut fv);
                     next = n;
                     frames += f;
                     if n < b.end() {
@@ -278,7 +231,7 @@ async fn serve(
             }
         }
         if !fv.is_empty() {
-            frames_write(stream, wr, &mut fv, frames).await?;
+            write(stream, wr, &mut fv, frames).await?;
             continue;
         }
         // caught up with everything committed: the hub's head may still trail the writer's
@@ -292,23 +245,4 @@ async fn serve(
         }
         signal.wait().await;
     }
-}
-
-/// Writes `fv`; `None` (as the `?` value) when the socket failed.
-async fn frames_write(
-    stream: &Stream,
-    wr: &mut WriteHalf,
-    fv: &mut FrameVec,
-    frames: u64,
-) -> Option<()> {
-    let bytes = fv.len() as u64;
-    let (res, back) = wr.write_frames(std::mem::take(fv)).await;
-    *fv = back;
-    if res.is_err() {
-        return None;
-    }
-    stream.stats.frames_out.fetch_add(frames, Ordering::Relaxed);
-    stream.stats.bytes_out.fetch_add(bytes, Ordering::Relaxed);
-    stream.stats.last_send_us.store(now_us(), Ordering::Relaxed);
-    Some(())
 }

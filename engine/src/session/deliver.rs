@@ -1,0 +1,140 @@
+//! Delivering owed rows to one socket: gather the shared, already-encoded bytes of a committed
+//! batch into a vectored write, then write it and count it.
+//!
+//! WebSocket subscribers and SSE readers differ only in which rendering of the batch they send
+//! (`FrameBatch`'s WebSocket frames, or its lazily built SSE events); the cursor arithmetic, the
+//! `where=` filtering and the write bounds are the same and live here. Runs on the session's shard.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use corecast_net::rt::{FrameVec, WriteHalf};
+
+use crate::fanout::batch::{FrameBatch, SseBatch};
+use crate::filter::Filter;
+use crate::registry::{now_us, Stream};
+
+/// Most bytes gathered into one vectored write (4 MiB).
+pub const WRITE_BYTES_MAX: usize = 4 << 20;
+
+/// Which rendering of a batch a session sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rendering {
+    /// Complete WebSocket text frames.
+    WebSocket,
+    /// SSE events (`id:` / `data:` / blank line).
+    Sse,
+}
+
+/// A batch's rows rendered one way: message `i` of the batch as a shared slice.
+trait Rendered {
+    fn slice(&self, from: usize, to: usize) -> Bytes;
+    fn bytes_between(&self, from: usize, to: usize) -> usize;
+}
+
+impl Rendered for FrameBatch {
+    fn slice(&self, from: usize, to: usize) -> Bytes {
+        FrameBatch::slice(self, from, to)
+    }
+
+    fn bytes_between(&self, from: usize, to: usize) -> usize {
+        self.frame_end(to - 1) - self.frame_start(from)
+    }
+}
+
+impl Rendered for SseBatch {
+    fn slice(&self, from: usize, to: usize) -> Bytes {
+        SseBatch::slice(self, from, to)
+    }
+
+    fn bytes_between(&self, from: usize, to: usize) -> usize {
+        SseBatch::bytes_between(self, from, to)
+    }
+}
+
+/// Adds the messages of `batch` from sequence `from` that pass `filter` to `fv`, in `rendering`,
+/// stopping once `fv` holds [`WRITE_BYTES_MAX`] bytes or [`FrameVec::MAX_IOV`] slices (one message
+/// larger than the cap still goes alone). Consecutive matching messages go as one slice.
+/// Returns the next sequence owed and the number of messages added.
+pub fn gather(
+    batch: &FrameBatch,
+    rendering: Rendering,
+    from: u64,
+    filter: Option<&Filter>,
+    fv: &mut FrameVec,
+) -> (u64, u64) {
+    match rendering {
+        Rendering::WebSocket => gather_from(batch, batch, from, filter, fv),
+        Rendering::Sse => gather_from(batch.sse(), batch, from, filter, fv),
+    }
+}
+
+fn gather_from(
+    src: &impl Rendered,
+    batch: &FrameBatch,
+    from: u64,
+    filter: Option<&Filter>,
+    fv: &mut FrameVec,
+) -> (u64, u64) {
+    let mut i = from.saturating_sub(batch.first) as usize;
+    let n = batch.len();
+    let mut added = 0u64;
+    match filter {
+        None => {
+            let mut j = i;
+            while j < n && fv.len() + src.bytes_between(i, j + 1) <= WRITE_BYTES_MAX {
+                j += 1;
+            }
+            if j == i && i < n && fv.is_empty() {
+                j = i + 1;
+            }
+            if j > i {
+                fv.push(src.slice(i, j));
+                added = (j - i) as u64;
+            }
+            i = j;
+        }
+        Some(f) => {
+            let mut run_start: Option<usize> = None;
+            while i < n {
+                if fv.len() >= WRITE_BYTES_MAX || fv.parts() + 1 >= FrameVec::MAX_IOV {
+                    break;
+                }
+                if f.matches(batch.row(i)) {
+                    run_start.get_or_insert(i);
+                    added += 1;
+                } else if let Some(s) = run_start.take() {
+                    fv.push(src.slice(s, i));
+                }
+                i += 1;
+            }
+            if let Some(s) = run_start {
+                fv.push(src.slice(s, i));
+            }
+        }
+    }
+    (batch.first + i as u64, added)
+}
+
+/// Writes everything `fv` holds and counts `messages` rows (and the bytes) as sent on `stream`.
+/// `None` when the socket failed: the session ends without a close frame.
+pub async fn write(
+    stream: &Stream,
+    wr: &mut WriteHalf,
+    fv: &mut FrameVec,
+    messages: u64,
+) -> Option<()> {
+    let bytes = fv.len() as u64;
+    let (res, back) = wr.write_frames(std::mem::take(fv)).await;
+    *fv = back;
+    res.ok()?;
+    stream
+        .stats
+        .frames_out
+        .fetch_add(messages, Ordering::Relaxed);
+    stream.stats.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+    if messages > 0 {
+        stream.stats.last_send_us.store(now_us(), Ordering::Relaxed);
+    }
+    Some(())
+}
