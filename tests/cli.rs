@@ -204,6 +204,7 @@ fn pub_sub_tail_and_refusals() {
     );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(std::fs::read_to_string(&cursor).unwrap(), "4\n");
+    // an explicit --offset wins over the cursor file, and the file never moves backwards
     let out = corecast_run(
         &[
             "sub", &url, "--offset", "earliest", "--cursor", &c, "--count", "3",
@@ -211,6 +212,16 @@ fn pub_sub_tail_and_refusals() {
         None,
         T,
     );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let offs: Vec<_> = out
+        .lines()
+        .iter()
+        .map(|l| split_frame(l).0.unwrap())
+        .collect();
+    assert_eq!(offs, vec![1, 2, 3]);
+    assert_eq!(std::fs::read_to_string(&cursor).unwrap(), "4\n");
+    // without --offset the cursor decides: after 4
+    let out = corecast_run(&["sub", &url, "--cursor", &c, "--count", "3"], None, T);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let offs: Vec<_> = out
         .lines()
@@ -419,7 +430,7 @@ fn exactly_once_publish_resumes_after_the_mark() {
     let mut s = blocking::connect(
         &url,
         SubscribeOptions {
-            offset: Offset::At(14),
+            offset: Some(Offset::At(14)),
             ..Default::default()
         },
     )
@@ -434,7 +445,7 @@ fn exactly_once_publish_resumes_after_the_mark() {
     match blocking::connect(
         &url,
         SubscribeOptions {
-            offset: Offset::At(99),
+            offset: Some(Offset::At(99)),
             ..Default::default()
         },
     ) {

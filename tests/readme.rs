@@ -94,10 +94,11 @@ fn the_tour_runs_as_written() {
         .display()
         .to_string();
     let t = tmp.path().display().to_string();
+    // scratch paths first, so a checkout or target folder under /tmp keeps its binary path
     let script = tour
+        .replace("/tmp/", &format!("{t}/"))
         .replace("$PWD/target/release", &bin_dir)
         .replace("127.0.0.1:8766", &format!("127.0.0.1:{port}"))
-        .replace("/tmp/", &format!("{t}/"))
         .replace(" -n 2\n", " -n 2 --count 2\n");
     let script = format!("set -e\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n{script}");
     let out = Command::new("bash")

@@ -77,8 +77,10 @@ impl Filter {
     ) -> Result<Filter, String> {
         // the strict parser: depth-limited (a hostile `[[[[…` cannot overflow the stack),
         // duplicate keys refused
-        let v: Value = corecast_storage::json::parse_unique(text.as_bytes())
-            .map_err(|e| format!("where= is not JSON: {e}"))?;
+        let v: Value = corecast_storage::json::parse_unique(text.as_bytes()).map_err(|e| {
+            let shown: String = text.chars().take(40).collect();
+            format!("where= is not JSON ({shown:?}): {e}")
+        })?;
         let obj = v
             .as_object()
             .ok_or_else(|| "where= must be a JSON object of column: value".to_string())?;

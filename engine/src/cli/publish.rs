@@ -348,7 +348,8 @@ pub fn run(args: PubArgs) -> ExitCode {
             _ => String::new(),
         };
         eprintln!(
-            "corecast pub: published {rows_acked} rows to {}{offsets} in {secs:.2}s ({:.0} rows/s)",
+            "corecast pub: published {rows_acked} row{} to {}{offsets} in {secs:.2}s ({:.0} rows/s)",
+            if rows_acked == 1 { "" } else { "s" },
             args.url,
             rows_acked as f64 / secs.max(1e-6)
         );

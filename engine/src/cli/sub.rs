@@ -18,8 +18,9 @@ pub struct SubArgs {
     /// Only rows matching this filter: a JSON object of column -> value or [values].
     #[arg(long = "where", value_name = "JSON")]
     pub where_json: Option<String>,
-    /// Resume from (and save the position to) this cursor file. When it exists it overrides
-    /// --offset; it holds the last offset consumed and is saved at most once a second and on exit.
+    /// Resume from (and save the position to) this cursor file: without --offset the
+    /// subscription starts after the offset it holds (an explicit --offset wins); it holds the
+    /// last offset consumed, is saved at most once a second and on exit, and never moves back.
     #[arg(long, value_name = "FILE")]
     pub cursor: Option<PathBuf>,
     /// Stop after N rows.
@@ -68,7 +69,7 @@ pub fn run(args: SubArgs) -> ExitCode {
         }
     }
     let opts = SubscribeOptions {
-        offset: args.offset.unwrap_or(Offset::Live),
+        offset: args.offset,
         where_json: args.where_json,
         cursor_file: args.cursor,
     };

@@ -49,7 +49,7 @@ pub fn run(args: TailArgs) -> ExitCode {
         Some(_) => Offset::Earliest,
     };
     let opts = SubscribeOptions {
-        offset,
+        offset: Some(offset),
         ..Default::default()
     };
     let sub = match blocking::connect(&args.url, opts) {

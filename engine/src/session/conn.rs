@@ -314,6 +314,14 @@ fn plain_http(ctx: &ShardCtx, req: &Request, name: &str) -> Vec<u8> {
             .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
             .header("cache-control", "no-cache")
             .finish(metrics::render(&ctx.shared).as_bytes()),
+        _ if ctx.shared.registry.get(name).is_some() => json_error(
+            404,
+            "not_found",
+            &format!(
+                "/{name} is a stream: subscribe over WebSocket (ws://HOST/{name}) or Server-Sent Events (GET /{name}/events, or Accept: text/event-stream)"
+            ),
+            false,
+        ),
         _ => json_error(404, "not_found", &format!("no such path: /{name}"), false),
     }
 }

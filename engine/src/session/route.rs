@@ -158,7 +158,10 @@ pub fn route(name: &str, query: &[u8], registry: &Registry) -> Result<Intent, Re
                     "offset={n} is negative; 0 means everything"
                 )))
             }
-            Some(n) => Some(u64::try_from(n).unwrap_or(u64::MAX)),
+            Some(n) if n > i64::MAX as i128 => {
+                return Err(bad_request(&format!("offset={raw} is beyond int64")))
+            }
+            Some(n) => Some(n as u64),
         },
     };
     Ok(Intent::Subscribe {

@@ -253,10 +253,10 @@ pub async fn serve(
     let offset = match q.get("offset") {
         None => None,
         Some(raw) => match parse_py_int(raw) {
-            Some(n) if n >= 0 => Some(u64::try_from(n).unwrap_or(u64::MAX)),
+            Some(n) if (0..=i64::MAX as i128).contains(&n) => Some(n as u64),
             _ => {
                 let msg = format!(
-                    "offset={raw} is not an offset (an integer ≥ 0; 0 means the earliest held)"
+                    "offset={raw} is not an offset (an integer in 0..=2^63-1; 0 means the earliest held)"
                 );
                 let _ = wr.write_all(error(400, "bad_request", &msg, false)).await;
                 let _ = wr.shutdown().await;

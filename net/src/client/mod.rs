@@ -17,7 +17,7 @@
 //! let mut p = blocking::publish("ws://127.0.0.1:8765/trades", PublishOptions::default())?;
 //! let offset = p.send(r#"{"event_ts":1,"price":1.0,"amount":1.0,"side":1,"symbol":"X","trade_id":1}"#)?;
 //! let mut s = blocking::connect("ws://127.0.0.1:8765/trades", SubscribeOptions {
-//!     offset: Offset::Earliest, ..Default::default() })?;
+//!     offset: Some(Offset::Earliest), ..Default::default() })?;
 //! while let Some(row) = s.next()? {
 //!     println!("{} {:?} {}", row.offset.unwrap_or(0), row.ts, row.row());
 //! }
@@ -57,12 +57,14 @@ pub enum Offset {
 /// How to subscribe.
 #[derive(Debug, Clone, Default)]
 pub struct SubscribeOptions {
-    /// Where to start when there is no cursor to resume from.
-    pub offset: Offset,
+    /// Where to start. An offset given here wins over the cursor file (as in the official
+    /// client); `None` lets the cursor file decide, and without one the subscription is live.
+    pub offset: Option<Offset>,
     /// A `where=` filter: a JSON object mapping column to value or list of values.
     pub where_json: Option<String>,
-    /// A cursor file: when it exists, the subscription resumes after the offset it holds
-    /// (overriding `offset`); the position is saved back as rows are consumed (see [`Cursor`]).
+    /// A cursor file: when `offset` is `None` and the file exists, the subscription resumes
+    /// after the offset it holds; the position is saved back as rows are consumed, never
+    /// backwards (see [`Cursor`]).
     pub cursor_file: Option<PathBuf>,
 }
 

@@ -25,9 +25,11 @@ pub async fn connect(url: &str, opts: SubscribeOptions) -> Result<Subscription, 
         Some(p) => Some(Cursor::open(p)?),
         None => None,
     };
-    let offset = match cursor.as_ref().and_then(Cursor::resume_at) {
-        Some(n) => Offset::At(n),
-        None => opts.offset,
+    // an explicit offset wins; the file still seeds the forward-only guard of its saves
+    let offset = match (opts.offset, cursor.as_ref().and_then(Cursor::resume_at)) {
+        (Some(o), _) => o,
+        (None, Some(n)) => Offset::At(n),
+        (None, None) => Offset::Live,
     };
     let offset_text = match offset {
         Offset::Live => None,
