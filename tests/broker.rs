@@ -1861,3 +1861,125 @@ fn sigterm_does_not_wait_for_idle_peers_that_never_read_or_answer() {
     );
     drop(idle);
 }
+
+/// A publisher that is slow to read when SIGTERM arrives must still get a reply for every frame
+/// whose rows were committed, then close 1001: the server lingers after its close frame instead
+/// of resetting a socket that still holds unread client bytes (a reset destroys the replies the
+/// client has not read yet, and a plain publisher would then resend committed rows).
+#[test]
+fn sigterm_with_a_slow_reading_publisher_answers_every_committed_frame() {
+    use std::io::{Read, Write};
+    let setup = Setup::new();
+    let cfg = standard_config(&setup);
+    let srv = Server::start(Some(&cfg), &setup.data(), &[]);
+    let mut s = srv.tcp();
+    s.write_all(
+        b"GET /trades?publish HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .unwrap();
+    // write frames (10 rows each) from another thread without reading anything back
+    let mut w = s.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        let mut sent = 0u64;
+        for f in 0..20_000u64 {
+            let rows: Vec<String> = (0..10)
+                .map(|k| trade((f * 10 + k) as i64, "LINGER"))
+                .collect();
+            if w.write_all(&client_frame(format!("[{}]", rows.join(",")).as_bytes()))
+                .is_err()
+            {
+                break;
+            }
+            sent += 1;
+        }
+        sent
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    let pid = srv.child.id();
+    let _ = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status();
+    // stay away from the socket a little longer, then read everything until the server is done
+    std::thread::sleep(Duration::from_millis(300));
+    let mut bytes = Vec::new();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                bytes.extend_from_slice(&buf[..n]);
+                // stop once the close frame (0x88) is complete at the end
+                if let Some(p) = close_frame_at_end(&bytes) {
+                    bytes.truncate(p.0);
+                    assert_eq!(p.1, 1001, "close code");
+                    break;
+                }
+            }
+            Err(e) => panic!("the server reset or stalled the connection: {e}"),
+        }
+    }
+    drop(s);
+    let _sent = writer.join().unwrap();
+    assert_eq!(srv.stop(), Some(0), "exit 0");
+    // the HTTP head, then the greeting, then one reply per answered frame
+    let head_end = bytes.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let frames = split_frames(&bytes[head_end..]);
+    let replies = &frames[1..];
+    let acked: u64 = replies
+        .iter()
+        .map(|r| {
+            assert!(r.starts_with(r#"{"ok":["#), "{r}");
+            ok_offsets(r).len() as u64
+        })
+        .sum();
+    assert!(acked > 0, "some frames were answered before the signal");
+    // restart and count what the log holds: exactly the acknowledged rows
+    let srv = Server::start(Some(&cfg), &setup.data(), &[]);
+    let (mut pubws, greeting) = open(&srv, "trades?publish");
+    assert!(
+        greeting.contains(&format!(r#""end_offset":{}"#, acked + 1)),
+        "log holds exactly the {acked} acknowledged rows: {greeting}"
+    );
+    drop(pubws.close(None));
+}
+
+/// `(start, code)` of a complete server close frame ending `bytes`, if there is one.
+fn close_frame_at_end(bytes: &[u8]) -> Option<(usize, u16)> {
+    // a server close frame here is at most 2 + 125 bytes; scan its possible starts
+    let from = bytes.len().saturating_sub(127);
+    (from..bytes.len().saturating_sub(3)).find_map(|i| {
+        let len = (bytes[i + 1] & 0x7f) as usize;
+        (bytes[i] == 0x88 && bytes[i + 1] < 126 && i + 2 + len == bytes.len() && len >= 2)
+            .then(|| (i, u16::from_be_bytes([bytes[i + 2], bytes[i + 3]])))
+    })
+}
+
+/// Publisher ids are compared as bytes of UTF-8: ids whose percent-decoding is not UTF-8 are
+/// refused (a lossy decoding would merge `%FF` and `%C3` into one exactly-once publisher and
+/// answer the second one's rows as duplicates); query values beyond int64 are refused too.
+#[test]
+fn publisher_ids_that_are_not_utf8_and_offsets_beyond_int64_are_refused() {
+    let setup = Setup::new();
+    let cfg = standard_config(&setup);
+    let srv = Server::start(Some(&cfg), &setup.data(), &[]);
+    for id in ["%FF", "%C3", "%ED%A0%80"] {
+        let (code, reason) = refused(&srv, &format!("orders?publish&publisher={id}"));
+        assert_eq!(code, 4400, "{id}");
+        assert_eq!(
+            reason,
+            r#"{"error":"bad_request","detail":"a publisher id is 1 to 128 bytes of UTF-8; got bytes that are not UTF-8"}"#
+        );
+    }
+    let (mut ws, greeting) = open(&srv, "orders?publish&publisher=p%C3%A9");
+    assert!(
+        greeting.ends_with(r#""publisher":{"id":"pé","last_seq":0,"last_offset":null}}"#),
+        "{greeting}"
+    );
+    drop(ws.close(None));
+    let (code, reason) = refused(&srv, "trades?offset=99999999999999999999999");
+    assert_eq!(code, 4400);
+    assert!(reason.contains("beyond int64"), "{reason}");
+}

@@ -482,3 +482,29 @@ fn browser_eventsource_survives_a_restart_without_loss_or_duplicate() {
         "resumed by the browser's own Last-Event-ID: {done}"
     );
 }
+
+/// SSE refuses what it does not understand, as WebSocket does: unknown query keys, and an
+/// `offset=` on a stream without a log (a 400 naming it, before any stream starts).
+#[test]
+fn unknown_keys_and_offsets_on_live_only_streams_are_refused() {
+    let setup = Setup::new();
+    let cfg = setup.config("[[stream]]\nname = \"t\"\nschema = \"@trade\"\n[[stream]]\nname = \"live\"\ndurable = false\n");
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let r = http_get(server.addr, "/t/events?foo=1");
+    assert_eq!(r.status, 400);
+    assert!(
+        r.text().contains("unknown query parameter(s): foo"),
+        "{}",
+        r.text()
+    );
+    let r = http_get(server.addr, "/live/events?offset=0");
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("not_durable"), "{}", r.text());
+    let r = http_get(server.addr, "/v1/streams/t/rows?foo=1");
+    assert_eq!(r.status, 400);
+    assert!(
+        r.text().contains("unknown query parameter(s): foo"),
+        "{}",
+        r.text()
+    );
+}

@@ -8,7 +8,7 @@
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use corecast_net::rt::{FrameVec, WriteHalf};
+use corecast_net::rt::{self, FrameVec, WriteHalf};
 
 use crate::fanout::batch::{FrameBatch, SseBatch};
 use crate::filter::Filter;
@@ -16,6 +16,12 @@ use crate::registry::{now_us, Stream};
 
 /// Most bytes gathered into one vectored write (4 MiB).
 pub const WRITE_BYTES_MAX: usize = 4 << 20;
+
+/// How long one vectored write may take to complete. A subscriber whose socket accepts nothing
+/// for this long (it stopped reading) is disconnected and counted in `dropped_slow`: no close
+/// frame can reach a socket that takes no bytes, and the connection must not hold its
+/// descriptor and shared batch buffers forever.
+pub const WRITE_STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Which rendering of a batch a session sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,7 +123,9 @@ fn gather_from(
 }
 
 /// Writes everything `fv` holds and counts `messages` rows (and the bytes) as sent on `stream`.
-/// `None` when the socket failed: the session ends without a close frame.
+/// `None` when the socket failed, or did not take one write (≤ 4 MiB) within
+/// [`WRITE_STALL_TIMEOUT`]: the session then
+/// ends without a close frame.
 pub async fn write(
     stream: &Stream,
     wr: &mut WriteHalf,
@@ -125,7 +133,11 @@ pub async fn write(
     messages: u64,
 ) -> Option<()> {
     let bytes = fv.len() as u64;
-    let (res, back) = wr.write_frames(std::mem::take(fv)).await;
+    let write = wr.write_frames(std::mem::take(fv));
+    let Some((res, back)) = rt::timeout(WRITE_STALL_TIMEOUT, write).await else {
+        stream.stats.dropped_slow.fetch_add(1, Ordering::Relaxed);
+        return None;
+    };
     *fv = back;
     res.ok()?;
     stream

@@ -31,6 +31,10 @@ use crate::fanout::signal::Signal;
 use crate::registry::{Claim, Stream};
 use crate::shard::ShardCtx;
 
+/// How long a closing publisher connection waits for the peer to close its side after our close
+/// frame (RFC 6455 §7.1.1: the server closes the TCP connection after the close handshake).
+pub const LINGER: Duration = Duration::from_secs(2);
+
 /// An exactly-once publisher's identity on this connection.
 pub struct ExactlyOnce {
     /// The publisher id (1–128 bytes of UTF-8).
@@ -56,8 +60,14 @@ struct PubState {
     reader: Signal,
     reader_busy: Cell<bool>,
     reader_done: Cell<bool>,
+    /// Set once the reader task has let go of the socket (peer's side closed, or it failed).
+    reader_exited: Cell<bool>,
+    exited: Signal,
     close: RefCell<Option<(u16, String)>>,
+    /// The connection is closing: the reader stops reading new frames.
     dead: Cell<bool>,
+    /// The socket failed or the peer went away without a close: nothing more can be written.
+    gone: Cell<bool>,
 }
 
 impl PubState {
@@ -90,6 +100,15 @@ pub async fn run(
         eo.clone(),
     ));
     reply_loop(&ctx, &stream, wr, &state, eo.as_deref()).await;
+    // the close frame is out and our side shut: give the peer LINGER to read the last replies
+    // and close its side before the socket goes
+    let deadline = std::time::Instant::now() + LINGER;
+    while !state.reader_exited.get() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || rt::timeout(left, state.exited.wait()).await.is_none() {
+            break;
+        }
+    }
     if let Some(eo) = &eo {
         stream.release(&eo.id, &eo.claim);
     }
@@ -152,12 +171,20 @@ async fn read_loop(
             }
             WsIn::Gone => {
                 state.dead.set(true);
+                state.gone.set(true);
                 break;
             }
         }
     }
     state.reader_done.set(true);
     state.replier.raise();
+    // linger: keep reading (and discarding) until the peer closes its side, so our close
+    // never turns into a reset that would destroy replies the peer has not read yet
+    if !state.gone.get() {
+        ws.drain_until_eof().await;
+    }
+    state.reader_exited.set(true);
+    state.exited.raise();
 }
 
 /// Parses, checks and encodes one publish frame; hands it to the writer. Returns the queue entry
@@ -350,6 +377,7 @@ async fn reply_loop(
             out.clear();
             if res.is_err() {
                 state.dead.set(true);
+                state.gone.set(true);
                 state.reader.raise();
                 return;
             }
@@ -364,9 +392,6 @@ async fn reply_loop(
     }
     state.dead.set(true);
     state.reader.raise();
-    if state.queue.borrow().is_empty() && !state.dead.get() {
-        // unreachable: dead was just set; kept simple below
-    }
     let (code, reason) = if superseded(eo) {
         (CloseCode(4409).0, r#"{"error":"superseded"}"#.to_string())
     } else if let Some(c) = state.close.borrow_mut().take() {

@@ -86,6 +86,14 @@ pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, peer: Option<IpAddr>) -> 
             .cloned()
             .ok_or_else(|| err(404, "not_found", &format!("no such stream: {name}")))
     };
+    let allowed: &[&str] = match parts.as_slice() {
+        [_, "latest"] => &["limit"],
+        [_, "rows"] => &["cursor", "limit", "wait", "where", "from"],
+        _ => &[],
+    };
+    if let Some(detail) = super::route::unknown_params(&q, allowed) {
+        return Some(err(400, "bad_request", &detail));
+    }
     let resp = match parts.as_slice() {
         [""] => {
             let mut body = String::from("{\"streams\":[");

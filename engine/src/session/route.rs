@@ -48,6 +48,13 @@ pub fn bad_request(detail: &str) -> Refusal {
     }
 }
 
+/// `unknown query parameter(s): a, b` when `q` names a key outside `allowed` (every endpoint
+/// refuses what it does not understand rather than ignoring it).
+pub fn unknown_params(q: &Query, allowed: &[&str]) -> Option<String> {
+    let unknown: Vec<&str> = q.keys().filter(|k| !allowed.contains(k)).collect();
+    (!unknown.is_empty()).then(|| format!("unknown query parameter(s): {}", unknown.join(", ")))
+}
+
 /// Parses an offset the way Python's `int()` does (surrounding whitespace, a sign, `_` between
 /// digits), which is what the reference accepts (`+5`, ` 5 `, `5_000`).
 pub fn parse_py_int(s: &str) -> Option<i128> {
@@ -77,19 +84,55 @@ pub fn parse_py_int(s: &str) -> Option<i128> {
     Some(if neg { -v } else { v })
 }
 
+/// The last value of `key` in a raw query string, percent-decoded without loss: `Err` when the
+/// decoded bytes are not UTF-8 (the lenient [`Query`] would turn them into U+FFFD, and two
+/// different ids would then name one exactly-once publisher).
+fn strict_param(query: &[u8], key: &str) -> Option<Result<String, ()>> {
+    let mut found = None;
+    for pair in query.split(|&b| b == b'&') {
+        let mut kv = pair.splitn(2, |&b| b == b'=');
+        let k = kv.next().unwrap_or_default();
+        if decode_bytes(k) != key.as_bytes() {
+            continue;
+        }
+        let v = kv.next().unwrap_or_default();
+        found = Some(String::from_utf8(decode_bytes(v)).map_err(|_| ()));
+    }
+    found
+}
+
+/// `application/x-www-form-urlencoded` decoding to bytes: `+` is a space, `%XX` a byte; a `%`
+/// not followed by two hex digits stays as it is (as Python's `unquote` does).
+fn decode_bytes(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        match s[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < s.len() => {
+                let hex = std::str::from_utf8(&s[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    out
+}
+
 /// Checks a request for stream `name` (percent-decoded path without the leading `/`) with the
 /// raw query string.
 pub fn route(name: &str, query: &[u8], registry: &Registry) -> Result<Intent, Refusal> {
     let q = Query::parse(query);
-    let unknown: Vec<&str> = q
-        .keys()
-        .filter(|k| !matches!(*k, "offset" | "publish" | "publisher" | "where"))
-        .collect();
-    if !unknown.is_empty() {
-        return Err(bad_request(&format!(
-            "unknown query parameter(s): {}",
-            unknown.join(", ")
-        )));
+    if let Some(detail) = unknown_params(&q, &["offset", "publish", "publisher", "where"]) {
+        return Err(bad_request(&detail));
     }
     let publish = q.contains("publish");
     if publish && q.contains("offset") {
@@ -109,6 +152,11 @@ pub fn route(name: &str, query: &[u8], registry: &Registry) -> Result<Intent, Re
         ));
     }
     if let Some(p) = &publisher {
+        if strict_param(query, "publisher").is_some_and(|raw| raw.is_err()) {
+            return Err(bad_request(
+                "a publisher id is 1 to 128 bytes of UTF-8; got bytes that are not UTF-8",
+            ));
+        }
         if p.is_empty() || p.len() > 128 {
             return Err(bad_request(&format!(
                 "a publisher id is 1 to 128 bytes of UTF-8; got {}",
@@ -174,6 +222,27 @@ pub fn route(name: &str, query: &[u8], registry: &Registry) -> Result<Intent, Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn publisher_ids_must_be_utf8() {
+        assert_eq!(
+            strict_param(b"publish&publisher=p%C3%A9", "publisher"),
+            Some(Ok("pé".into()))
+        );
+        assert_eq!(
+            strict_param(b"publish&publisher=%FF", "publisher"),
+            Some(Err(()))
+        );
+        assert_eq!(
+            strict_param(b"publish&publisher=%ED%A0%80", "publisher"),
+            Some(Err(()))
+        );
+        assert_eq!(
+            strict_param(b"publish&publisher=a+b", "publisher"),
+            Some(Ok("a b".into()))
+        );
+        assert_eq!(strict_param(b"publish", "publisher"), None);
+    }
 
     #[test]
     fn python_ints() {

@@ -36,7 +36,7 @@ use corecast_net::rt::{self, FrameVec, ReadHalf, WriteHalf};
 use corecast_net::sse;
 
 use super::deliver::{gather, write, Rendering};
-use super::route::parse_py_int;
+use super::route::{parse_py_int, unknown_params};
 use crate::config::HttpApiConfig;
 use crate::fanout::signal::Signal;
 use crate::filter::Filter;
@@ -237,6 +237,17 @@ pub async fn serve(
         return;
     };
     let q = Query::parse(req.query.as_bytes());
+    let refusal = unknown_params(&q, &["offset", "where", "lastEventId"]).or_else(|| {
+        (q.contains("offset") && !st.durable())
+            .then(|| format!("offset= needs a log; stream {name} is live only (not_durable)"))
+    });
+    if let Some(detail) = refusal {
+        let _ = wr
+            .write_all(error(400, "bad_request", &detail, false))
+            .await;
+        let _ = wr.shutdown().await;
+        return;
+    }
     let filter = match q.get("where") {
         None => None,
         Some(w) => match super::conn::parse_filter(&st, w) {

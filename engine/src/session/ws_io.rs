@@ -64,6 +64,25 @@ impl WsReader {
         }
     }
 
+    /// Reads and throws away whatever the peer sends until it closes its side (the lingering
+    /// half of a close: leaving unread bytes in the socket would make the kernel answer with a
+    /// reset, which destroys the replies and the close frame the peer has not read yet).
+    /// Returns when the peer's side is closed or the socket failed.
+    pub async fn drain_until_eof(&mut self) {
+        self.buf.clear();
+        self.start = 0;
+        loop {
+            let buf = std::mem::take(&mut self.buf);
+            let (res, mut buf) = self.rd.read_into(buf, READ_ROOM).await;
+            buf.clear();
+            self.buf = buf;
+            match res {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    }
+
     /// The next event. After [`WsIn::Close`], [`WsIn::Violation`] or [`WsIn::Gone`] nothing more
     /// should be asked.
     pub async fn next(&mut self) -> WsIn {

@@ -203,6 +203,9 @@ pub fn run(setup: ShardSetup) {
 }
 
 async fn accept_loop(ctx: Rc<ShardCtx>, listener: Listener) {
+    // failures (EMFILE when descriptors run out) are logged at most once a second, with a count
+    let mut last_log: Option<Instant> = None;
+    let mut suppressed = 0u64;
     loop {
         match listener.accept().await {
             Ok((conn, _peer)) => {
@@ -213,8 +216,18 @@ async fn accept_loop(ctx: Rc<ShardCtx>, listener: Listener) {
                 rt::spawn(conn::handle(ctx.clone(), conn));
             }
             Err(e) => {
-                tracing::warn!(shard = ctx.index, "accept failed: {e}");
-                rt::sleep(Duration::from_millis(10)).await;
+                if last_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                    tracing::warn!(
+                        shard = ctx.index,
+                        suppressed,
+                        "accept failed: {e} (retrying; connections wait in the backlog)"
+                    );
+                    last_log = Some(Instant::now());
+                    suppressed = 0;
+                } else {
+                    suppressed += 1;
+                }
+                rt::sleep(Duration::from_millis(50)).await;
             }
         }
     }
