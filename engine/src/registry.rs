@@ -37,7 +37,7 @@ pub struct StreamStats {
     pub pull_waiting: AtomicI64,
     /// Commit latency (time in `Buffer::append`).
     pub commit_latency: crate::session::metrics::Histogram,
-    /// Cursors of the open SSE sessions, for the lag gauge.
+    /// Cursors of the open subscriber sessions (WebSocket and SSE), for the lag gauge.
     pub lag: crate::session::metrics::LagBoard,
 }
 

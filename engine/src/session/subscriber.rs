@@ -121,6 +121,8 @@ async fn serve(
     filter: Option<&Filter>,
 ) -> Option<(u16, String)> {
     let mut next = start.next;
+    // this subscriber's cursor on the stream's lag board (/metrics: corecast_subscriber_lag_rows)
+    let lag = stream.stats.lag.register(next);
     let mut fv = FrameVec::new();
     let max_backlog = stream.cfg.max_backlog;
     loop {
@@ -232,6 +234,7 @@ async fn serve(
         }
         if !fv.is_empty() {
             write(stream, wr, &mut fv, frames).await?;
+            lag.store(next, Ordering::Relaxed);
             continue;
         }
         // caught up with everything committed: the hub's head may still trail the writer's
