@@ -6,7 +6,7 @@
 //! not JSON, not an object, an empty list, an object or nested list value, an unknown column, a
 //! struct/list/map column. A type mismatch (`"1"` for an integer column) silently matches nothing.
 
-use sonic_rs::{JsonContainerTrait, JsonValueTrait, Value};
+use sonic_rs::{JsonContainerTrait, JsonType, JsonValueTrait, Value};
 
 /// What a `where=` term may name, as the stream's schema says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,19 +29,22 @@ enum Scalar {
 }
 
 impl Scalar {
-    fn of(v: &Value) -> Option<Scalar> {
-        if v.is_null() {
-            Some(Scalar::Null)
-        } else if let Some(b) = v.as_bool() {
-            Some(Scalar::Bool(b))
-        } else if let Some(i) = v.as_i64() {
-            Some(Scalar::Int(i as i128))
-        } else if let Some(u) = v.as_u64() {
-            Some(Scalar::Int(u as i128))
-        } else if let Some(f) = v.as_f64() {
-            Some(Scalar::Num(f))
-        } else {
-            v.as_str().map(|s| Scalar::Str(s.to_string()))
+    fn of(v: &impl JsonValueTrait) -> Option<Scalar> {
+        // dispatch on the type first: on a lazy value every failed `as_*` is a parse attempt
+        match v.get_type() {
+            JsonType::Null => Some(Scalar::Null),
+            JsonType::Boolean => v.as_bool().map(Scalar::Bool),
+            JsonType::String => v.as_str().map(|s| Scalar::Str(s.to_string())),
+            JsonType::Number => {
+                if let Some(i) = v.as_i64() {
+                    Some(Scalar::Int(i as i128))
+                } else if let Some(u) = v.as_u64() {
+                    Some(Scalar::Int(u as i128))
+                } else {
+                    v.as_f64().map(Scalar::Num)
+                }
+            }
+            JsonType::Array | JsonType::Object => None,
         }
     }
 
@@ -125,19 +128,14 @@ impl Filter {
         &self.echo
     }
 
-    /// Whether the row (canonical JSON object bytes) passes every term.
+    /// Whether the row (canonical JSON object bytes) passes every term. Only the named keys are
+    /// looked at (a lazy scan of the row, no tree built).
     pub fn matches(&self, row: &[u8]) -> bool {
-        if self.terms.is_empty() {
-            return true;
-        }
-        let Ok(v) = sonic_rs::from_slice::<Value>(row) else {
-            return false;
-        };
         self.terms.iter().all(|t| {
-            let Some(x) = v.get(t.column.as_str()) else {
+            let Ok(x) = sonic_rs::get(row, [t.column.as_str()]) else {
                 return false;
             };
-            let Some(x) = Scalar::of(x) else {
+            let Some(x) = Scalar::of(&x) else {
                 return false;
             };
             t.any_of.iter().any(|want| want.matches(&x))
@@ -173,6 +171,21 @@ mod tests {
         let f = Filter::parse("{}", Some(&trade_lookup)).unwrap();
         assert!(f.matches(br#"{"side":1}"#));
         assert_eq!(f.echo(), "{}");
+    }
+
+    #[test]
+    fn escaped_strings_and_nulls_compare_by_value() {
+        let f = Filter::parse(r#"{"symbol":"a\"b"}"#, Some(&trade_lookup)).unwrap();
+        assert!(f.matches(br#"{"side":1,"symbol":"a\"b"}"#));
+        assert!(f.matches(br#"{"symbol":"a\u0022b"}"#));
+        assert!(!f.matches(br#"{"symbol":"ab"}"#));
+        let f = Filter::parse(r#"{"price":null}"#, Some(&trade_lookup)).unwrap();
+        assert!(f.matches(br#"{"price":null}"#));
+        assert!(!f.matches(br#"{"price":1.0}"#));
+        assert!(
+            !f.matches(br#"{"side":1}"#),
+            "a missing column matches nothing"
+        );
     }
 
     #[test]
