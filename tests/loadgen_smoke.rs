@@ -13,10 +13,14 @@ fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// `target/debug/loadgen`, built first when missing.
+/// The `loadgen` binary beside this build's `corecast` (so `CARGO_TARGET_DIR` is honoured),
+/// built first when missing.
 fn loadgen_bin() -> PathBuf {
     let root = workspace_root();
-    let bin = root.join("target/debug/loadgen");
+    let bin = support::corecast_bin()
+        .parent()
+        .expect("the binary's folder")
+        .join("loadgen");
     if !bin.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let st = Command::new(cargo)
