@@ -153,7 +153,6 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             let end = st.durable().then(|| st.end.load(Ordering::Acquire));
             let g = greeting(&st, end, None, None, mark);
             push_text(&mut out, &g);
-            let _ = &eo;
             let (res, _) = wr.write_all(out).await;
             if res.is_err() {
                 if let Some(e) = &eo {

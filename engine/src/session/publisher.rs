@@ -99,7 +99,7 @@ pub async fn run(
         state.clone(),
         eo.clone(),
     ));
-    reply_loop(&ctx, &stream, wr, &state, eo.as_deref()).await;
+    reply_loop(&ctx, wr, &state, eo.as_deref()).await;
     // the close frame is out and our side shut: give the peer LINGER to read the last replies
     // and close its side before the socket goes
     let deadline = std::time::Instant::now() + LINGER;
@@ -325,13 +325,7 @@ mod reply {
     }
 }
 
-async fn reply_loop(
-    ctx: &ShardCtx,
-    stream: &Stream,
-    mut wr: WriteHalf,
-    state: &PubState,
-    eo: Option<&ExactlyOnce>,
-) {
+async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Option<&ExactlyOnce>) {
     let mut out: Vec<u8> = Vec::with_capacity(4096);
     loop {
         // gather every reply that is ready, front to back
@@ -399,7 +393,6 @@ async fn reply_loop(
     } else if ctx.shutting_down() {
         (1001, "server shutting down".to_string())
     } else {
-        let _ = stream;
         return;
     };
     let mut f = Vec::with_capacity(reason.len() + 4);
