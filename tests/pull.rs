@@ -400,3 +400,38 @@ fn key_file_is_private() {
         .mode();
     assert_eq!(mode & 0o777, 0o600);
 }
+
+/// Long polls hold a connection each, so they count under the SSE caps: the 17th concurrent long
+/// poll from one address is answered 503 with `Retry-After: 30`, and a slot frees when a poll ends.
+#[test]
+fn long_polls_count_under_the_per_client_cap() {
+    use std::io::{Read, Write};
+    let setup = Setup::new();
+    let server = start(&setup, "");
+    let req = b"GET /v1/streams/t/rows?from=latest&wait=5 HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut held = Vec::new();
+    for _ in 0..16 {
+        let mut c = server.tcp();
+        c.write_all(req).unwrap();
+        held.push(c);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let r = http_get(server.addr, "/v1/streams/t/rows?from=latest&wait=5");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("30"));
+    assert_eq!(error_code(&r), "too_many_streams");
+    // end one poll: its slot is free again once it answers (here: a publish wakes them all)
+    publish_batch(&server, "t", &rows(1, 1, "CAP"));
+    let mut first = held.remove(0);
+    let mut buf = [0u8; 256];
+    let n = first.read(&mut buf).unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    let r = http_get(server.addr, "/v1/streams/t/rows?from=latest&wait=0");
+    assert_eq!(r.status, 200, "{}", r.text());
+}

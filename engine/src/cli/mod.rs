@@ -102,6 +102,32 @@ pub enum PrintEnd {
     Stdout(std::io::Error),
 }
 
+/// On SIGINT/SIGTERM: saves `shown` (the last offset printed and flushed) to the cursor file,
+/// forward only, and exits 0 — or 4 when the save fails.
+fn save_cursor_on_signal(
+    cmd: &str,
+    path: std::path::PathBuf,
+    shown: std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
+        return;
+    };
+    let cmd = cmd.to_string();
+    std::thread::spawn(move || {
+        if signals.forever().next().is_some() {
+            let o = shown.load(std::sync::atomic::Ordering::SeqCst);
+            if o > 0 {
+                if let Err(e) = corecast_net::client::Cursor::save_forward(&path, o) {
+                    eprintln!("corecast {cmd}: {e}");
+                    std::process::exit(i32::from(EXIT_LOCAL));
+                }
+            }
+            std::process::exit(i32::from(EXIT_OK));
+        }
+    });
+}
+
 /// Prints rows from `sub` until `count` rows, the end, or an error; saves the cursor unless
 /// stdout failed. Returns the exit status.
 pub fn print_rows(
@@ -113,6 +139,12 @@ pub fn print_rows(
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, stdout.lock());
     let mut printed = 0u64;
+    // Ctrl-C / SIGTERM end a live `sub` normally: save the cursor at the last row that reached
+    // stdout (every row shown is consumed), then exit 0
+    let shown = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    if let Some(path) = sub.cursor_path() {
+        save_cursor_on_signal(cmd, path, shown.clone());
+    }
     let end = loop {
         if count.is_some_and(|c| printed >= c) {
             break PrintEnd::Done;
@@ -126,8 +158,13 @@ pub fn print_rows(
                 }
                 printed += 1;
                 let last = count.is_some_and(|c| printed >= c);
-                if (last || !sub.has_buffered()) && out.flush().is_err() {
-                    break PrintEnd::Stdout(std::io::Error::other("stdout closed"));
+                if last || !sub.has_buffered() {
+                    if out.flush().is_err() {
+                        break PrintEnd::Stdout(std::io::Error::other("stdout closed"));
+                    }
+                    if let Some(o) = row.offset {
+                        shown.store(o, std::sync::atomic::Ordering::SeqCst);
+                    }
                 }
             }
         }

@@ -112,10 +112,11 @@ pub fn run(args: PubArgs) -> ExitCode {
         return super::fail("pub", &e);
     }
     if let Some(r) = args.rate {
-        if !(r.is_finite() && r > 0.0) {
+        // at least one row a day: slower rates cannot be paced (and overflow a Duration)
+        if !(r.is_finite() && r >= 1.0 / 86_400.0) {
             return super::usage(
                 "pub",
-                &format!("--rate {r} must be a positive number of rows per second"),
+                &format!("--rate {r} must be a number of rows per second ≥ 1/86400"),
             );
         }
     }
@@ -304,7 +305,8 @@ pub fn run(args: PubArgs) -> ExitCode {
             );
             progress.draw(rows_sent, bytes_read, false);
             if let Some(rate) = args.rate {
-                let due = Duration::from_secs_f64(rows_sent as f64 / rate);
+                let due =
+                    Duration::try_from_secs_f64(rows_sent as f64 / rate).unwrap_or(Duration::MAX);
                 let elapsed = start.elapsed();
                 if due > elapsed {
                     std::thread::sleep(due - elapsed);
@@ -339,7 +341,16 @@ pub fn run(args: PubArgs) -> ExitCode {
     let _ = publisher.close();
     let secs = start.elapsed().as_secs_f64();
     if let Some((msg, code)) = failure {
-        eprintln!("corecast pub: {msg} ({rows_acked} rows acknowledged before it)");
+        // frames pipelined behind the refused one may have landed too: say so, and how to
+        // resume without duplicates
+        eprintln!(
+            "corecast pub: {msg} ({rows_acked} rows acknowledged in all, frames already in flight behind it included{})",
+            if args.publisher.is_some() {
+                ""
+            } else {
+                "; publish with --publisher ID to resume a file without duplicates"
+            }
+        );
         return ExitCode::from(code);
     }
     if !args.quiet {

@@ -21,6 +21,9 @@ pub struct Hub {
     retain_frames: usize,
     head: u64,
     subscribers: Vec<Weak<Signal>>,
+    /// Attach prunes dead entries when the list reaches this length (amortised O(1)), so an idle
+    /// stream with many short-lived readers does not grow the list until its next commit.
+    prune_at: usize,
 }
 
 impl Hub {
@@ -32,6 +35,7 @@ impl Hub {
             retain_frames,
             head,
             subscribers: Vec::new(),
+            prune_at: 64,
         }
     }
 
@@ -70,6 +74,10 @@ impl Hub {
 
     /// Registers a subscriber's signal (dropped signals are pruned on the next push).
     pub fn attach(&mut self, signal: &Rc<Signal>) {
+        if self.subscribers.len() >= self.prune_at {
+            self.subscribers.retain(|w| w.strong_count() > 0);
+            self.prune_at = (self.subscribers.len() * 2).max(64);
+        }
         self.subscribers.push(Rc::downgrade(signal));
     }
 
@@ -91,6 +99,16 @@ mod tests {
             b.push(b"{}", 1);
         }
         Arc::new(b.finish())
+    }
+
+    #[test]
+    fn attach_prunes_dropped_subscribers_without_a_commit() {
+        let mut h = Hub::new(1, 8);
+        for _ in 0..10_000 {
+            let s = Rc::new(Signal::default());
+            h.attach(&s);
+        }
+        assert!(h.subscribers.len() <= 64, "{}", h.subscribers.len());
     }
 
     #[test]

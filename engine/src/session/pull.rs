@@ -59,6 +59,16 @@ fn err(status: u16, code: &str, message: &str) -> Vec<u8> {
     json(status, &json_error_body(code, message, status >= 500))
 }
 
+/// 503 with `Retry-After: 30`: a cap is full.
+fn err_retry_after(code: &str, message: &str) -> Vec<u8> {
+    ResponseHead::new(503)
+        .header("content-type", "application/json")
+        .header("cache-control", "no-store")
+        .header("access-control-allow-origin", "*")
+        .header("retry-after", "30")
+        .finish(&json_error_body(code, message, true))
+}
+
 fn jstr(s: &str) -> String {
     sonic_rs::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
@@ -412,6 +422,8 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, peer: Option<IpAddr>) -> V
     }
     let deadline = Instant::now() + Duration::from_secs_f64(wait);
     let mut signal: Option<Rc<Signal>> = None;
+    // a long poll holds a connection: it counts under the same caps as an SSE stream
+    let mut slot: Option<super::sse::Slot> = None;
     let scan = if filter.is_some() {
         FILTER_SCAN_ROWS
     } else {
@@ -438,6 +450,18 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, peer: Option<IpAddr>) -> V
             break w;
         }
         next = w.next;
+        if slot.is_none() {
+            match super::sse::acquire(peer, &super::sse::settings()) {
+                Some(s) => slot = Some(s),
+                None => {
+                    super::metrics::count_refusal(503);
+                    return err_retry_after(
+                        "too_many_streams",
+                        "too many open SSE streams and long polls (per process or per client); retry later",
+                    );
+                }
+            }
+        }
         // nothing new: wait for a commit (attach first, then look again: no lost wake-up)
         let s = signal.get_or_insert_with(|| {
             let s = Rc::new(Signal::default());

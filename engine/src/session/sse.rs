@@ -85,7 +85,7 @@ pub fn install(cfg: &HttpApiConfig) {
     *SETTINGS.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(SseSettings::from(cfg)));
 }
 
-fn settings() -> Arc<SseSettings> {
+pub(crate) fn settings() -> Arc<SseSettings> {
     SETTINGS
         .read()
         .unwrap_or_else(|p| p.into_inner())
@@ -99,11 +99,13 @@ pub fn open_streams() -> usize {
 }
 
 /// One open stream's place under the caps; released on drop.
-struct Slot {
+pub(crate) struct Slot {
     client: Option<IpAddr>,
 }
 
-fn acquire(client: Option<IpAddr>, s: &SseSettings) -> Option<Slot> {
+/// A place under the per-process and per-client caps (SSE streams and pull long polls share
+/// them); `None` when either is full.
+pub(crate) fn acquire(client: Option<IpAddr>, s: &SseSettings) -> Option<Slot> {
     if OPEN.fetch_add(1, Ordering::AcqRel) >= s.max_streams {
         OPEN.fetch_sub(1, Ordering::AcqRel);
         return None;
@@ -470,6 +472,10 @@ async fn run(
             write(st, wr, &mut fv, events).await?;
             lag.store(next, Ordering::Relaxed);
             last_write = Instant::now();
+            // shutdown: a reader still catching up gets READER_GRACE, then its goodbye
+            if ctx.readers_must_close(false) {
+                return Some("shutdown");
+            }
             continue;
         }
         lag.store(next, Ordering::Relaxed);

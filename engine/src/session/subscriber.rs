@@ -132,6 +132,10 @@ async fn serve(
         if let Some((code, _)) = state.peer_close.get() {
             return Some((code, String::new()));
         }
+        // shutdown: between writes, so the peer never sees half a frame
+        if ctx.readers_must_close(next < start.replay_end) {
+            return Some((1001, "server shutting down".into()));
+        }
         let (head, base) = {
             let hub = ctx.hubs[stream.index].borrow();
             (hub.head(), hub.base())

@@ -31,6 +31,9 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// reaches publishers through `max_inbound`; a healthy shard drains its inbox in microseconds).
 pub const INBOX_BATCHES: usize = 4096;
 
+/// How long, after publishers are answered at shutdown, readers may keep catching up.
+pub const READER_GRACE: Duration = Duration::from_secs(2);
+
 /// A message to a shard's inbox.
 pub enum ShardMsg {
     /// A committed batch of a stream, to append to this shard's hub.
@@ -102,12 +105,26 @@ pub struct ShardCtx {
     pub hubs: Vec<RefCell<Hub>>,
     sessions: RefCell<Vec<Weak<Signal>>>,
     shutting_down: Cell<bool>,
+    drain_started: Cell<Option<Instant>>,
 }
 
 impl ShardCtx {
     /// Whether this shard is shutting down.
     pub fn shutting_down(&self) -> bool {
         self.shutting_down.get()
+    }
+
+    /// During shutdown, once every publisher is answered: readers still catching up get at most
+    /// [`READER_GRACE`] more before they are closed (1001 / SSE `event: end`), and a reader still
+    /// replaying history is closed at once — it resumes from its offset after the restart.
+    pub fn readers_must_close(&self, replaying: bool) -> bool {
+        self.shutting_down.get()
+            && self.shared.publishers_open.load(Ordering::SeqCst) == 0
+            && (replaying
+                || self
+                    .drain_started
+                    .get()
+                    .is_some_and(|t| t.elapsed() >= READER_GRACE))
     }
 
     /// Registers a long-lived session's signal so shutdown can wake it.
@@ -195,6 +212,7 @@ pub fn run(setup: ShardSetup) {
             hubs,
             sessions: RefCell::new(Vec::new()),
             shutting_down: Cell::new(false),
+            drain_started: Cell::new(None),
         });
         let _ = ready.send(Ok(driver));
         rt::spawn(accept_loop(ctx.clone(), listener));
@@ -248,6 +266,7 @@ async fn inbox_loop(ctx: &Rc<ShardCtx>, inbox: flume::Receiver<ShardMsg>) {
             Some(Ok(ShardMsg::Shutdown)) | Some(Err(_)) => {
                 if drain_deadline.is_none() {
                     ctx.shutting_down.set(true);
+                    ctx.drain_started.set(Some(Instant::now()));
                     drain_deadline = Some(Instant::now() + DRAIN_TIMEOUT);
                 }
                 ctx.raise_all();

@@ -40,6 +40,14 @@ impl Subscription {
         self.inner().last_offset()
     }
 
+    /// The cursor file, when the subscription has one.
+    pub fn cursor_path(&self) -> Option<std::path::PathBuf> {
+        self.inner
+            .as_ref()
+            .and_then(|s| s.cursor())
+            .map(|c| c.path().to_path_buf())
+    }
+
     /// Whether a next frame's bytes are already buffered.
     pub fn has_buffered(&self) -> bool {
         self.inner().has_buffered()

@@ -37,7 +37,11 @@ impl Cursor {
             Ok(text) => Some(
                 text.trim()
                     .parse::<u64>()
-                    .map_err(|_| err(format!("holds {:?}, not an offset", text.trim())))?,
+                    .ok()
+                    // offsets are int64 on the wire: anything larger is a damaged file, never
+                    // a reason to wrap around to 0 (EARLIEST) and replay everything
+                    .filter(|&o| o < i64::MAX as u64)
+                    .ok_or_else(|| err(format!("holds {:?}, not an offset", text.trim())))?,
             ),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(err(e.to_string())),
@@ -92,6 +96,15 @@ impl Cursor {
         Ok(())
     }
 
+    /// Saves `offset` to `path` (write-then-rename) unless the file already holds an offset at
+    /// or past it: the forward-only save a process makes on its way out (Ctrl-C), outside any
+    /// [`Cursor`].
+    pub fn save_forward(path: &Path, offset: u64) -> Result<(), ClientError> {
+        let mut c = Cursor::open(path)?;
+        c.consumed(offset);
+        c.save()
+    }
+
     fn write(&self, offset: u64) -> Result<(), ClientError> {
         let err = |e: std::io::Error| ClientError::Cursor {
             path: self.path.display().to_string(),
@@ -134,6 +147,11 @@ mod tests {
         c.consumed(3);
         c.save().unwrap();
         assert_eq!(Cursor::open(&path).unwrap().resume_at(), Some(7));
+        std::fs::write(&path, "18446744073709551615").unwrap();
+        assert!(
+            Cursor::open(&path).is_err(),
+            "past int64 is a damaged file, not a wrap to 0"
+        );
         std::fs::write(&path, "junk").unwrap();
         assert!(Cursor::open(&path).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
