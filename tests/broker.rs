@@ -1983,3 +1983,67 @@ fn publisher_ids_that_are_not_utf8_and_offsets_beyond_int64_are_refused() {
     assert_eq!(code, 4400);
     assert!(reason.contains("beyond int64"), "{reason}");
 }
+
+/// At shutdown a subscriber still replaying history is closed with 1001 between two frames
+/// (it resumes from its offset later) instead of holding the server for the whole drain and then
+/// being cut mid-frame.
+#[test]
+fn sigterm_closes_a_slow_replaying_subscriber_promptly_between_frames() {
+    use std::io::{Read, Write};
+    let setup = Setup::new();
+    let cfg = setup
+        .config("[[stream]]\nname = \"trades\"\nschema = \"@trade\"\nmax_replay = \"unlimited\"\n");
+    let srv = Server::start(Some(&cfg), &setup.data(), &[]);
+    let (mut p, _) = open(&srv, "trades?publish");
+    for f in 0..100 {
+        let rows: Vec<String> = (0..1000).map(|k| trade(f * 1000 + k, "REPLAY")).collect();
+        support::publish_on(&mut p, &rows);
+    }
+    drop(p.close(None));
+    drop(p);
+    let mut s = srv.tcp();
+    s.write_all(
+        b"GET /trades?offset=0 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .unwrap();
+    let mut bytes = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).unwrap();
+    bytes.extend_from_slice(&buf[..n]);
+    let pid = srv.child.id();
+    let t0 = Instant::now();
+    let _ = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(pid.to_string())
+        .status();
+    // read slowly at first, then drain whatever is left
+    for _ in 0..20 {
+        let n = s.read(&mut buf).unwrap();
+        bytes.extend_from_slice(&buf[..n]);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    s.read_to_end(&mut bytes).unwrap();
+    assert_eq!(srv.stop(), Some(0));
+    assert!(
+        t0.elapsed() < Duration::from_secs(8),
+        "shutdown took {:?}",
+        t0.elapsed()
+    );
+    let head_end = bytes.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let (start, code) =
+        close_frame_at_end(&bytes).expect("the stream ends with a complete close frame");
+    assert_eq!(code, 1001);
+    let frames = split_frames(&bytes[head_end..start]);
+    assert!(frames.len() > 1, "greeting and some replayed rows");
+    assert!(
+        frames.len() < 100_001,
+        "not the whole replay: closed promptly"
+    );
+    for (i, f) in frames[1..].iter().enumerate() {
+        assert!(
+            f.starts_with(&format!("[{},", i + 1)),
+            "frame {i} is whole and in order"
+        );
+    }
+}
