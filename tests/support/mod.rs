@@ -61,57 +61,8 @@ impl Setup {
 impl Server {
     /// Starts `corecast serve --config CONFIG --data DATA --listen 127.0.0.1:0` plus `extra` args
     /// and waits for its "listening on" line.
-    #[allow(clippy::zombie_processes)] // every path either returns the child (Drop kills and
-                                       // waits) or panics after it exited or timed out
     pub fn start(config: Option<&Path>, data: &Path, extra: &[&str]) -> Server {
-        let mut cmd = Command::new(corecast_bin());
-        cmd.arg("serve")
-            .arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--data")
-            .arg(data);
-        if let Some(c) = config {
-            cmd.arg("--config").arg(c);
-        }
-        cmd.args(extra);
-        let stderr_log = data.with_extension(format!("stderr.{}.log", std::process::id()));
-        if let Some(parent) = stderr_log.parent() {
-            std::fs::create_dir_all(parent).ok();
-        }
-        let errf = std::fs::File::create(&stderr_log).expect("stderr log");
-        cmd.stdout(Stdio::piped()).stderr(errf);
-        let mut child = cmd.spawn().expect("spawn corecast");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout);
-        let mut line = String::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            line.clear();
-            let n = lines.read_line(&mut line).expect("read stdout");
-            if n == 0 {
-                let _ = child.wait();
-                let err = std::fs::read_to_string(&stderr_log).unwrap_or_default();
-                panic!("corecast exited before listening: {err}");
-            }
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                let addr = rest.split_whitespace().next().expect("addr");
-                let addr: SocketAddr = addr.parse().expect("addr parses");
-                // keep draining stdout in the background so the child never blocks on it
-                std::thread::spawn(move || {
-                    let mut sink = Vec::new();
-                    let _ = lines.read_to_end(&mut sink);
-                });
-                return Server {
-                    child,
-                    addr,
-                    data: data.to_path_buf(),
-                    config: config.map(Path::to_path_buf),
-                    stderr_log,
-                    _tmp: None,
-                };
-            }
-            assert!(Instant::now() < deadline, "no listening line within 30 s");
-        }
+        launch(config, data, "127.0.0.1:0", extra).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// `ws://ADDR/PATH_AND_QUERY`.
@@ -311,11 +262,22 @@ pub fn start_server_at(config: Option<&Path>, data: &Path, listen: &str) -> Serv
 }
 
 /// Like [`start_server_at`]; `Err` with the server's stderr when it exits before listening.
-#[allow(clippy::zombie_processes)] // the child is owned (killed and waited) by `Server`
 pub fn try_start_server_at(
     config: Option<&Path>,
     data: &Path,
     listen: &str,
+) -> Result<Server, String> {
+    launch(config, data, listen, &[])
+}
+
+/// Spawns `corecast serve --listen LISTEN --data DATA [--config CONFIG] EXTRA…` and waits for its
+/// "listening on ADDR" line; `Err` with the server's stderr when it exits before listening.
+#[allow(clippy::zombie_processes)] // the child is owned (killed and waited) by `Server`
+fn launch(
+    config: Option<&Path>,
+    data: &Path,
+    listen: &str,
+    extra: &[&str],
 ) -> Result<Server, String> {
     let mut cmd = Command::new(corecast_bin());
     cmd.arg("serve")
@@ -326,7 +288,8 @@ pub fn try_start_server_at(
     if let Some(c) = config {
         cmd.arg("--config").arg(c);
     }
-    let stderr_log = data.with_extension(format!("stderr.{}.at.log", std::process::id()));
+    cmd.args(extra);
+    let stderr_log = data.with_extension(format!("stderr.{}.log", std::process::id()));
     if let Some(parent) = stderr_log.parent() {
         std::fs::create_dir_all(parent).ok();
     }
