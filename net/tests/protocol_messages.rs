@@ -5,6 +5,7 @@ use corecast_net::protocol::frame::{data_frame_len, encode_data_frame};
 use corecast_net::protocol::greeting::{Greeting, PublisherMark};
 use corecast_net::protocol::json_text;
 use corecast_net::protocol::reply::{Offsets, Reply};
+use corecast_net::protocol::ServerMessage;
 use corecast_net::ws::close::CloseCode;
 use corecast_net::ws::frame::{decode, Decoded, FrameLimits, OpCode};
 

@@ -160,46 +160,11 @@ pub fn run(args: PubArgs) -> ExitCode {
     let batch_max = args.batch as usize;
     let mut batch: Vec<String> = Vec::with_capacity(batch_max);
     let mut batch_first_line = 0u64;
-    let mut in_flight: VecDeque<InFlight> = VecDeque::new();
     let mut rows_seen = 0u64; // non-blank lines read (= seq of the last one)
     let mut rows_sent = 0u64;
-    let mut rows_acked = 0u64;
     let mut bytes_read = 0u64;
-    let mut first_offset: Option<u64> = None;
-    let mut last_offset: Option<u64> = None;
-    let mut failure: Option<(String, u8)> = None;
+    let mut tally = Tally::default();
     let start = Instant::now();
-
-    // Settles every answered frame at the front; records the first refusal.
-    let settle = |in_flight: &mut VecDeque<InFlight>,
-                  failure: &mut Option<(String, u8)>,
-                  rows_acked: &mut u64,
-                  first_offset: &mut Option<u64>,
-                  last_offset: &mut Option<u64>| {
-        while in_flight.front().is_some_and(|f| f.pending.is_done()) {
-            let f = in_flight.pop_front().expect("front");
-            match f.pending.result().expect("done") {
-                Ok(offsets) => {
-                    *rows_acked += offsets.len() as u64;
-                    if let Some(Some(o)) = offsets.first() {
-                        first_offset.get_or_insert(*o);
-                    }
-                    if let Some(Some(o)) = offsets.last() {
-                        *last_offset = Some(*o);
-                    }
-                }
-                Err(e) => {
-                    if failure.is_none() {
-                        let what = line_range(f.first_line, f.last_line);
-                        *failure = Some((
-                            format!("{what}: {}", super::describe(&e)),
-                            super::exit_code(&e),
-                        ));
-                    }
-                }
-            }
-        }
-    };
 
     let submit = |publisher: &mut blocking::Publisher,
                   batch: &mut Vec<String>,
@@ -225,14 +190,14 @@ pub fn run(args: PubArgs) -> ExitCode {
     let mut line_no = 0u64;
     let mut last_line_in_batch = 0u64;
     loop {
-        if failure.is_some() {
+        if tally.failure.is_some() {
             break;
         }
         let line = match lines.next() {
             None => break,
             Some(Ok(l)) => l,
             Some(Err(e)) => {
-                failure = Some((
+                tally.failure = Some((
                     format!("cannot read input at line {}: {e}", line_no + 1),
                     super::EXIT_LOCAL,
                 ));
@@ -252,14 +217,14 @@ pub fn run(args: PubArgs) -> ExitCode {
         match corecast_storage::json::parse(trimmed.as_bytes()) {
             Ok(v) if sonic_rs::JsonValueTrait::is_object(&v) => {}
             Ok(_) => {
-                failure = Some((
+                tally.failure = Some((
                     format!("line {line_no}: not a JSON object"),
                     super::EXIT_LOCAL,
                 ));
                 break;
             }
             Err(e) => {
-                failure = Some((format!("line {line_no}: not JSON: {e}"), super::EXIT_LOCAL));
+                tally.failure = Some((format!("line {line_no}: not JSON: {e}"), super::EXIT_LOCAL));
                 break;
             }
         }
@@ -281,28 +246,16 @@ pub fn run(args: PubArgs) -> ExitCode {
                 &mut batch,
                 batch_first_line,
                 last_line_in_batch,
-                &mut in_flight,
+                &mut tally.in_flight,
             ) {
-                settle(
-                    &mut in_flight,
-                    &mut failure,
-                    &mut rows_acked,
-                    &mut first_offset,
-                    &mut last_offset,
-                );
-                if failure.is_none() {
-                    failure = Some((super::describe(&e), super::exit_code(&e)));
+                tally.settle();
+                if tally.failure.is_none() {
+                    tally.failure = Some((super::describe(&e), super::exit_code(&e)));
                 }
                 break;
             }
             rows_sent += n;
-            settle(
-                &mut in_flight,
-                &mut failure,
-                &mut rows_acked,
-                &mut first_offset,
-                &mut last_offset,
-            );
+            tally.settle();
             progress.draw(rows_sent, bytes_read, false);
             if let Some(rate) = args.rate {
                 let due =
@@ -314,33 +267,28 @@ pub fn run(args: PubArgs) -> ExitCode {
             }
         }
     }
-    if failure.is_none() && !batch.is_empty() {
+    if tally.failure.is_none() && !batch.is_empty() {
         match submit(
             &mut publisher,
             &mut batch,
             batch_first_line,
             last_line_in_batch,
-            &mut in_flight,
+            &mut tally.in_flight,
         ) {
             Ok(()) => {}
-            Err(e) => failure = Some((super::describe(&e), super::exit_code(&e))),
+            Err(e) => tally.failure = Some((super::describe(&e), super::exit_code(&e))),
         }
     }
     let flushed = publisher.flush();
-    settle(
-        &mut in_flight,
-        &mut failure,
-        &mut rows_acked,
-        &mut first_offset,
-        &mut last_offset,
-    );
-    if let (Err(e), None) = (&flushed, &failure) {
-        failure = Some((super::describe(e), super::exit_code(e)));
+    tally.settle();
+    if let (Err(e), None) = (&flushed, &tally.failure) {
+        tally.failure = Some((super::describe(e), super::exit_code(e)));
     }
-    progress.finish(rows_acked, bytes_read);
+    progress.finish(tally.rows_acked, bytes_read);
+    let rows_acked = tally.rows_acked;
     let _ = publisher.close();
     let secs = start.elapsed().as_secs_f64();
-    if let Some((msg, code)) = failure {
+    if let Some((msg, code)) = tally.failure {
         // frames pipelined behind the refused one may have landed too: say so, and how to
         // resume without duplicates
         eprintln!(
@@ -354,7 +302,7 @@ pub fn run(args: PubArgs) -> ExitCode {
         return ExitCode::from(code);
     }
     if !args.quiet {
-        let offsets = match (first_offset, last_offset) {
+        let offsets = match (tally.first_offset, tally.last_offset) {
             (Some(a), Some(b)) => format!(", offsets {a}..={b}"),
             _ => String::new(),
         };
@@ -366,4 +314,44 @@ pub fn run(args: PubArgs) -> ExitCode {
         );
     }
     ExitCode::from(super::EXIT_OK)
+}
+
+/// What the frames sent so far came to: the unanswered ones in order, the rows acknowledged, the
+/// first and last offsets, and the first refusal.
+#[derive(Default)]
+struct Tally {
+    in_flight: VecDeque<InFlight>,
+    rows_acked: u64,
+    first_offset: Option<u64>,
+    last_offset: Option<u64>,
+    failure: Option<(String, u8)>,
+}
+
+impl Tally {
+    /// Settles every answered frame at the front; records the first refusal.
+    fn settle(&mut self) {
+        while self.in_flight.front().is_some_and(|f| f.pending.is_done()) {
+            let f = self.in_flight.pop_front().expect("front");
+            match f.pending.result().expect("done") {
+                Ok(offsets) => {
+                    self.rows_acked += offsets.len() as u64;
+                    if let Some(Some(o)) = offsets.first() {
+                        self.first_offset.get_or_insert(*o);
+                    }
+                    if let Some(Some(o)) = offsets.last() {
+                        self.last_offset = Some(*o);
+                    }
+                }
+                Err(e) => {
+                    if self.failure.is_none() {
+                        let what = line_range(f.first_line, f.last_line);
+                        self.failure = Some((
+                            format!("{what}: {}", super::describe(&e)),
+                            super::exit_code(&e),
+                        ));
+                    }
+                }
+            }
+        }
+    }
 }

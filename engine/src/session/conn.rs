@@ -13,12 +13,13 @@ use std::time::Duration;
 use corecast_net::http::request::{parse_request, HttpLimits, Request};
 use corecast_net::http::response::{http_error_response, json_error, ResponseHead};
 use corecast_net::protocol::greeting::{Greeting, PublisherMark};
+use corecast_net::protocol::ServerMessage;
 use corecast_net::rt::{self, Conn, WriteHalf};
 use corecast_net::ws::close::CloseCode;
 use corecast_net::ws::frame::encode_close;
 use corecast_net::ws::handshake::{is_upgrade_request, response_101, validate_upgrade};
 
-use super::publisher::{push_text, ExactlyOnce};
+use super::publisher::ExactlyOnce;
 use super::route::{bad_request, route, Intent, Refusal};
 use super::subscriber::Start;
 use super::ws_io::WsReader;
@@ -151,8 +152,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
                 None => None,
             };
             let end = st.durable().then(|| st.end.load(Ordering::Acquire));
-            let g = greeting(&st, end, None, None, mark);
-            push_text(&mut out, &g);
+            greeting(&st, end, None, None, mark, &mut out);
             let (res, _) = wr.write_all(out).await;
             if res.is_err() {
                 if let Some(e) = &eo {
@@ -202,14 +202,14 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
                     Err(r) => return refuse(wr, out, r).await,
                 },
             };
-            let g = greeting(
+            greeting(
                 &st,
                 st.durable().then_some(head),
                 replay,
                 filter.as_ref().map(|f| f.echo()),
                 None,
+                &mut out,
             );
-            push_text(&mut out, &g);
             let (res, _) = wr.write_all(out).await;
             if res.is_err() {
                 return;
@@ -268,14 +268,15 @@ pub(crate) fn parse_filter(st: &Stream, text: &str) -> Result<Filter, String> {
     }
 }
 
+/// Appends the greeting as one text frame to `out` (after the 101 response).
 fn greeting(
     st: &Stream,
     end_offset: Option<u64>,
     replay: Option<(u64, u64)>,
     where_json: Option<&str>,
     publisher: Option<PublisherMark<'_>>,
-) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1024);
+    out: &mut Vec<u8>,
+) {
     Greeting {
         stream: &st.cfg.name,
         end_offset,
@@ -289,8 +290,7 @@ fn greeting(
         where_json,
         publisher,
     }
-    .encode(&mut out);
-    out
+    .encode_frame(out);
 }
 
 async fn refuse(mut wr: WriteHalf, mut out: Vec<u8>, r: Refusal) {

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corecast_net::protocol::reply::{Offsets, Reply};
+use corecast_net::protocol::ServerMessage;
 use corecast_net::rt::{self, WriteHalf};
 use corecast_net::ws::close::CloseCode;
 use corecast_net::ws::frame::{encode_close, encode_pong, frame_in_place, OpCode};
@@ -296,21 +297,27 @@ fn shape(v: &Value, exactly_once: bool) -> Result<(Vec<&Value>, Option<u64>), St
     Ok((rows, Some(seq)))
 }
 
-fn reply_payload(r: AppendReply) -> Vec<u8> {
+/// Appends the writer's answer to `out` as one text frame (the ack path: no intermediate buffer).
+fn push_reply(out: &mut Vec<u8>, r: &AppendReply) {
     match r {
         AppendReply::Ok { offsets, dup } => Reply::Ok {
-            offsets: Offsets::List(&offsets),
-            dup: dup as u64,
+            offsets: Offsets::List(offsets),
+            dup: *dup as u64,
         }
-        .to_bytes(),
-        AppendReply::Gap { expected, got } => Reply::Gap { expected, got }.to_bytes(),
-        AppendReply::CommitFailed(detail) => reply::commit_failed(&detail),
+        .encode_frame(out),
+        AppendReply::Gap { expected, got } => Reply::Gap {
+            expected: *expected,
+            got: *got,
+        }
+        .encode_frame(out),
+        AppendReply::CommitFailed(detail) => Reply::CommitFailed { detail }.encode_frame(out),
     }
 }
 
 /// Reply payloads built from text.
 mod reply {
     use corecast_net::protocol::reply::Reply;
+    use corecast_net::protocol::ServerMessage;
 
     pub fn bad_frame(detail: &str) -> Vec<u8> {
         Reply::BadFrame { detail }.to_bytes()
@@ -340,7 +347,7 @@ async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Opt
                 Pending::Control(frame) => out.extend_from_slice(&frame),
                 Pending::Owed(rx) => match rx.try_recv() {
                     Ok(r) => {
-                        push_text(&mut out, &reply_payload(r));
+                        push_reply(&mut out, &r);
                         state.owed.set(state.owed.get() - 1);
                     }
                     Err(flume::TryRecvError::Empty) => {
@@ -351,14 +358,14 @@ async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Opt
                         let r = rx.recv_async().await.unwrap_or_else(|_| {
                             AppendReply::CommitFailed("the stream's writer has stopped".into())
                         });
-                        push_text(&mut out, &reply_payload(r));
+                        push_reply(&mut out, &r);
                         state.owed.set(state.owed.get() - 1);
                     }
                     Err(flume::TryRecvError::Disconnected) => {
-                        push_text(
-                            &mut out,
-                            &reply::commit_failed("the stream's writer has stopped"),
-                        );
+                        Reply::CommitFailed {
+                            detail: "the stream's writer has stopped",
+                        }
+                        .encode_frame(&mut out);
                         state.owed.set(state.owed.get() - 1);
                     }
                 },

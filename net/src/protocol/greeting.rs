@@ -6,8 +6,8 @@
 //! when empty).
 
 use crate::protocol::json_text::{write_bool, write_opt_str, write_opt_u64, write_str, write_u64};
+use crate::protocol::ServerMessage;
 use crate::protocol::PROTOCOL_VERSION;
-use crate::ws::frame::{frame_in_place, OpCode};
 
 /// An exactly-once publisher's mark, echoed in its greeting (PROTOCOL.md §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,9 +47,9 @@ pub struct Greeting<'a> {
     pub publisher: Option<PublisherMark<'a>>,
 }
 
-impl Greeting<'_> {
+impl ServerMessage for Greeting<'_> {
     /// Appends the greeting's JSON text to `out`.
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    fn encode(&self, out: &mut Vec<u8>) {
         out.reserve(256 + self.schema_json.map_or(0, str::len));
         out.extend_from_slice(b"{\"streamcast\":");
         write_u64(u64::from(PROTOCOL_VERSION), out);
@@ -92,20 +92,6 @@ impl Greeting<'_> {
             out.push(b'}');
         }
         out.push(b'}');
-    }
-
-    /// The greeting's JSON text.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        self.encode(&mut out);
-        out
-    }
-
-    /// Appends the greeting as one complete server text frame.
-    pub fn encode_frame(&self, out: &mut Vec<u8>) {
-        let start = out.len();
-        self.encode(out);
-        frame_in_place(out, start, OpCode::Text);
     }
 }
 

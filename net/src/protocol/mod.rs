@@ -15,5 +15,28 @@ pub mod greeting;
 pub mod json_text;
 pub mod reply;
 
+use crate::ws::frame::{frame_in_place, OpCode};
+
+/// A server message: compact JSON text, sent as one unmasked text frame.
+pub trait ServerMessage {
+    /// Appends the message's JSON text to `out`.
+    fn encode(&self, out: &mut Vec<u8>);
+
+    /// The message's JSON text.
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode(&mut out);
+        out
+    }
+
+    /// Appends the message as one complete server text frame (header written once the length
+    /// is known), with no intermediate buffer.
+    fn encode_frame(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        self.encode(out);
+        frame_in_place(out, start, OpCode::Text);
+    }
+}
+
 /// The protocol version corecast announces in the greeting (PROTOCOL.md §3).
 pub const PROTOCOL_VERSION: u32 = 4;

@@ -5,7 +5,7 @@
 //! `{"error":"commit_failed","detail":…}`.
 
 use crate::protocol::json_text::{write_opt_u64, write_str, write_u64};
-use crate::ws::frame::{frame_in_place, OpCode};
+use crate::protocol::ServerMessage;
 use std::ops::Range;
 
 /// The offsets an `ok` reply lists, one per row sent.
@@ -71,9 +71,9 @@ pub enum Reply<'a> {
     },
 }
 
-impl Reply<'_> {
+impl ServerMessage for Reply<'_> {
     /// Appends the reply's JSON text to `out`.
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    fn encode(&self, out: &mut Vec<u8>) {
         match self {
             Reply::Ok { offsets, dup } => {
                 debug_assert!(*dup <= offsets.len() as u64);
@@ -122,20 +122,6 @@ impl Reply<'_> {
             Reply::Rejected { detail } => error_detail("rejected", detail, out),
             Reply::CommitFailed { detail } => error_detail("commit_failed", detail, out),
         }
-    }
-
-    /// The reply's JSON text.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        self.encode(&mut out);
-        out
-    }
-
-    /// Appends the reply as one complete server text frame.
-    pub fn encode_frame(&self, out: &mut Vec<u8>) {
-        let start = out.len();
-        self.encode(out);
-        frame_in_place(out, start, OpCode::Text);
     }
 }
 
