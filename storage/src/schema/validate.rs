@@ -543,28 +543,12 @@ fn encode_value(
             let Some(obj) = v.as_object() else {
                 return wrong("an object");
             };
-            if let Some(key) = repeated_key(obj) {
-                return reject(
-                    path,
-                    RejectReason::DuplicateKey {
-                        key: key.to_string(),
-                    },
-                );
-            }
-            out.push(b'{');
-            for (i, (key, item)) in obj.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                encode::write_json_str(out, key);
-                out.push(b':');
-                let here = Path::Key(path, key);
+            encode_entries(obj, path, out, |item, here, out| {
                 if item.is_null() {
-                    return reject(&here, RejectReason::Null);
+                    return reject(here, RejectReason::Null);
                 }
-                encode_value(values, item, &here, out)?;
-            }
-            out.push(b'}');
+                encode_value(values, item, here, out)
+            })?;
         }
         ColumnType::List(items) => {
             let Some(arr) = v.as_array() else {
@@ -624,6 +608,19 @@ fn encode_object_any(
     if depth > MAX_DEPTH {
         return reject(path, RejectReason::TooDeep);
     }
+    encode_entries(obj, path, out, |v, here, out| {
+        encode_any(v, here, depth, out)
+    })
+}
+
+/// Writes `obj` as a JSON object in its own key order, each value by `value`; refuses a repeated
+/// key naming it. Shared by map columns and schema-less objects.
+fn encode_entries(
+    obj: &sonic_rs::Object,
+    path: &Path<'_>,
+    out: &mut Vec<u8>,
+    mut value: impl FnMut(&Value, &Path<'_>, &mut Vec<u8>) -> Result<(), RowRejected>,
+) -> Result<(), RowRejected> {
     if let Some(key) = repeated_key(obj) {
         return reject(
             path,
@@ -639,7 +636,7 @@ fn encode_object_any(
         }
         encode::write_json_str(out, key);
         out.push(b':');
-        encode_any(v, &Path::Key(path, key), depth, out)?;
+        value(v, &Path::Key(path, key), out)?;
     }
     out.push(b'}');
     Ok(())
