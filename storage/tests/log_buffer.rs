@@ -210,7 +210,7 @@ fn reads_go_on_while_the_writer_is_mid_transaction() {
     let raw = rusqlite::Connection::open(tmp.path().join(DB_FILE_NAME)).unwrap();
     raw.execute_batch("BEGIN IMMEDIATE").unwrap();
     raw.execute(
-        "INSERT INTO rows(\"offset\", ts, payload) VALUES (11, 0, x'00')",
+        "INSERT INTO blocks(\"offset\", ts, rows_count, payload) VALUES (11, 0, 1, x'0100000000')",
         [],
     )
     .unwrap();
@@ -346,7 +346,7 @@ fn offsets_are_never_reused_after_old_rows_are_deleted() {
     drop(buffer);
     // Retention (or sealing) deletes every row.
     let raw = rusqlite::Connection::open(tmp.path().join(DB_FILE_NAME)).unwrap();
-    raw.execute("DELETE FROM rows", []).unwrap();
+    raw.execute("DELETE FROM blocks", []).unwrap();
     drop(raw);
 
     let mut buffer = Buffer::open(tmp.path(), None).unwrap();

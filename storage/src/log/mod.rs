@@ -12,18 +12,24 @@
 //!   [`DEDUPE_WINDOW_RANGES`] committed ranges per publisher.
 //! - [`error`]: [`StorageError`] and [`CommitFailed`].
 //!
+//! - [`block`]: the layout of a block, a run of consecutive rows stored as one SQLite value.
+//!
 //! The database holds three tables:
-//! `rows("offset" INTEGER PRIMARY KEY, ts INTEGER, payload BLOB)` with the encoded row bytes,
+//! `blocks("offset" INTEGER PRIMARY KEY, ts INTEGER, rows_count INTEGER, payload BLOB)`, each a
+//! run of `rows_count` rows committed together from `offset` on, their encoded bytes
+//! length-prefixed in `payload` (a commit's rows share its `ts`),
 //! `publishers(id, last_seq, last_offset)`, and `meta(key, value)` with `format_version`,
 //! `stream_id` (UUID v4, minted at creation, never changed), `schema` (text or NULL),
 //! `created_at_us` and `end_offset` (the next offset, kept so offsets are never reused after
 //! old rows are deleted).
 
+pub mod block;
 pub mod buffer;
 pub mod checkpoint;
 pub mod error;
 pub mod marks;
 pub mod reader;
+mod upgrade;
 
 pub use buffer::{AppendBatch, BatchOutcome, Buffer, PublisherSeq, DB_FILE_NAME, LOCK_FILE_NAME};
 pub use checkpoint::{CheckpointStats, Checkpointer};

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 
+use super::block;
 use super::buffer::{read_meta, to_i64, to_u64, BUSY_TIMEOUT, DB_FILE_NAME};
 use super::error::StorageError;
 use super::marks::Mark;
@@ -38,8 +39,11 @@ pub struct BufferReader {
     schema_json: Option<String>,
 }
 
-const SCAN: &str = "SELECT \"offset\", ts, payload FROM rows \
-     WHERE \"offset\" >= ?1 AND \"offset\" < ?2 ORDER BY \"offset\" LIMIT ?3";
+/// The blocks holding offsets `?1..?2`: the one containing `?1` (the last block starting at or
+/// before it), then every later one starting before `?2`.
+const SCAN: &str = "SELECT \"offset\", ts, rows_count, payload FROM blocks \
+     WHERE \"offset\" >= COALESCE((SELECT MAX(\"offset\") FROM blocks WHERE \"offset\" <= ?1), ?1) \
+     AND \"offset\" < ?2 ORDER BY \"offset\"";
 
 impl BufferReader {
     /// Opens a read connection on the buffer in `dir`, which a [`Buffer`](super::Buffer) must
@@ -99,7 +103,7 @@ impl BufferReader {
     pub fn earliest(&self) -> Result<Option<u64>, StorageError> {
         let earliest: Option<i64> = self
             .conn
-            .prepare_cached("SELECT MIN(\"offset\") FROM rows")
+            .prepare_cached("SELECT MIN(\"offset\") FROM blocks")
             .and_then(|mut statement| statement.query_row([], |row| row.get(0)))
             .map_err(self.sqlite("reading the earliest offset"))?;
         earliest
@@ -138,30 +142,65 @@ impl BufferReader {
         F: FnMut(u64, i64, &[u8]),
     {
         let cap = i64::MAX as u64;
-        let (from, to_exclusive) = (to_i64(from.min(cap)), to_i64(to_exclusive.min(cap)));
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let (from, to_exclusive) = (from.min(cap), to_exclusive.min(cap));
+        if limit == 0 || from >= to_exclusive {
+            return Ok(0);
+        }
         let mut statement = self
             .conn
             .prepare_cached(SCAN)
             .map_err(self.sqlite("preparing a scan"))?;
-        let mut rows = statement
-            .query(params![from, to_exclusive, limit])
-            .map_err(self.sqlite("scanning rows"))?;
+        let mut blocks = statement
+            .query(params![to_i64(from), to_i64(to_exclusive)])
+            .map_err(self.sqlite("scanning blocks"))?;
         let mut visited = 0;
-        let mut previous: Option<u64> = None;
-        while let Some(row) = rows.next().map_err(self.sqlite("scanning rows"))? {
-            let columns: rusqlite::Result<(i64, i64, &[u8])> =
-                (|| Ok((row.get(0)?, row.get(1)?, row.get_ref(2)?.as_blob()?)))();
-            let (offset, ts_us, payload) = columns.map_err(self.sqlite("scanning rows"))?;
-            let offset = to_u64(offset, &self.db_path, "row offset")?;
-            if let Some(previous) = previous {
-                assert!(offset > previous, "a scan yields offsets in order");
+        let mut next: Option<u64> = None;
+        while let Some(block) = blocks.next().map_err(self.sqlite("scanning blocks"))? {
+            let columns: rusqlite::Result<(i64, i64, i64, &[u8])> = (|| {
+                Ok((
+                    block.get(0)?,
+                    block.get(1)?,
+                    block.get(2)?,
+                    block.get_ref(3)?.as_blob()?,
+                ))
+            })();
+            let (first_offset, ts_us, rows_count, payload) =
+                columns.map_err(self.sqlite("scanning blocks"))?;
+            let first_offset = to_u64(first_offset, &self.db_path, "block offset")?;
+            let rows_count = to_u64(rows_count, &self.db_path, "block rows_count")?;
+            if let Some(next) = next {
+                if first_offset < next {
+                    return Err(self.corrupt(
+                        first_offset,
+                        format!("overlaps the block before it, which ends at {}", next - 1),
+                    ));
+                }
             }
-            previous = Some(offset);
-            visit(offset, ts_us, payload);
-            visited += 1;
+            next = Some(first_offset + rows_count);
+            for (offset, entry) in (first_offset..).zip(block::entries(payload, rows_count)) {
+                let row = entry.map_err(|malformed| self.corrupt(first_offset, malformed.0))?;
+                if offset < from {
+                    continue;
+                }
+                if offset >= to_exclusive {
+                    return Ok(visited);
+                }
+                visit(offset, ts_us, row);
+                visited += 1;
+                if visited == limit {
+                    return Ok(visited);
+                }
+            }
         }
         Ok(visited)
+    }
+
+    /// A block that does not match its shape: the file is damaged or was not written by us.
+    fn corrupt(&self, block_offset: u64, detail: String) -> StorageError {
+        StorageError::Corrupt {
+            path: self.db_path.clone(),
+            detail: format!("the block at offset {block_offset}: {detail}"),
+        }
     }
 
     /// Publisher `id`'s committed mark, `None` if it never landed a row.
