@@ -435,3 +435,113 @@ fn long_polls_count_under_the_per_client_cap() {
     let r = http_get(server.addr, "/v1/streams/t/rows?from=latest&wait=0");
     assert_eq!(r.status, 200, "{}", r.text());
 }
+
+/// Reads `/metrics` until it shows every line in `want`, for at most `within`; panics otherwise.
+fn metrics_show(server: &Server, want: &[&str], within: Duration) {
+    let t0 = Instant::now();
+    loop {
+        let m = http_get(server.addr, "/metrics").text();
+        if want.iter().all(|w| m.lines().any(|l| l == *w)) {
+            return;
+        }
+        assert!(
+            t0.elapsed() < within,
+            "after {within:?}, not all of {want:?} in:\n{m}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A long poll watches its connection while it waits: a client that closes (FIN) or resets
+/// (RST) its socket frees the poll's slot at once, so with one slot per client the same address
+/// polls again within 2 s instead of being refused by its own dead poll for up to 60 s.
+#[test]
+fn a_long_poll_whose_client_goes_frees_its_slot_at_once() {
+    use std::io::Write;
+    let setup = Setup::new();
+    let server = start(&setup, "[sse]\nmax_per_client = 1\n");
+    let req = b"GET /v1/streams/t/rows?from=latest&wait=60 HTTP/1.1\r\nHost: x\r\n\r\n";
+    let waiting = [
+        "corecast_sse_streams 1",
+        "corecast_subscribers{stream=\"t\",transport=\"pull\"} 1",
+    ];
+    let idle = [
+        "corecast_sse_streams 0",
+        "corecast_subscribers{stream=\"t\",transport=\"pull\"} 0",
+    ];
+    for reset in [false, true] {
+        let mut a = server.tcp();
+        a.write_all(req).unwrap();
+        metrics_show(&server, &waiting, Duration::from_secs(5));
+        // the cap is full: a second poll from this address is refused
+        let r = http_get(server.addr, "/v1/streams/t/rows?from=latest&wait=1");
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert_eq!(error_code(&r), "too_many_streams");
+        if reset {
+            socket2::SockRef::from(&a)
+                .set_linger(Some(Duration::ZERO))
+                .unwrap();
+        }
+        let gone = Instant::now();
+        drop(a);
+        // the slot comes back at once, and the gauges say so
+        metrics_show(&server, &idle, Duration::from_secs(2));
+        let r = loop {
+            let r = http_get(server.addr, "/v1/streams/t/rows?from=latest&wait=0.2");
+            if r.status != 503 || gone.elapsed() >= Duration::from_secs(2) {
+                break r;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(r.status, 200, "reset={reset}: {}", r.text());
+        assert_eq!(offsets(&r.json()), Vec::<u64>::new());
+        assert!(
+            gone.elapsed() < Duration::from_secs(2),
+            "reset={reset}: {:?}",
+            gone.elapsed()
+        );
+    }
+    assert!(!server.stderr().contains("panicked"), "{}", server.stderr());
+}
+
+/// Bytes a client sends while its long poll waits (a pipelined next request) are not a
+/// disconnect: the poll keeps its slot, goes on waiting and answers the next commit.
+#[test]
+fn a_long_poll_keeps_waiting_when_its_client_sends_more() {
+    use std::io::{Read, Write};
+    let setup = Setup::new();
+    let server = start(&setup, "[sse]\nmax_per_client = 1\n");
+    let mut a = server.tcp();
+    a.write_all(
+        b"GET /v1/streams/t/rows?from=latest&wait=20 HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/str",
+    )
+    .unwrap();
+    let waiting = [
+        "corecast_sse_streams 1",
+        "corecast_subscribers{stream=\"t\",transport=\"pull\"} 1",
+    ];
+    metrics_show(&server, &waiting, Duration::from_secs(5));
+    a.write_all(b"eams HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // still waiting, still holding the client's one slot
+    metrics_show(&server, &waiting, Duration::from_secs(1));
+    let r = http_get(server.addr, "/v1/streams/t/rows?from=latest&wait=1");
+    assert_eq!(r.status, 503, "{}", r.text());
+    // a commit answers it
+    publish_batch(&server, "t", &rows(1, 1, "P"));
+    let mut resp = Vec::new();
+    let _ = a.read_to_end(&mut resp);
+    let text = String::from_utf8_lossy(&resp);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let body = &resp[text.find("\r\n\r\n").expect("a head") + 4..];
+    let v: Value = sonic_rs::from_slice(body).expect("JSON");
+    assert_eq!(offsets(&v), vec![1]);
+    metrics_show(
+        &server,
+        &[
+            "corecast_sse_streams 0",
+            "corecast_subscribers{stream=\"t\",transport=\"pull\"} 0",
+        ],
+        Duration::from_secs(2),
+    );
+}

@@ -76,14 +76,21 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             }
         }
     };
-    let leftover = buf.split_off(used);
+    let mut leftover = buf.split_off(used);
     let name = req.path.strip_prefix('/').unwrap_or(&req.path).to_string();
     if !is_upgrade_request(&req) {
         if let Some(stream) = sse::wants(ctx, &req, &name) {
             return sse::serve(ctx, &req, stream, peer, rd, wr).await;
         }
-        let resp = match pull::handle(ctx, &req, peer).await {
-            Some(r) => r,
+        let client = pull::Client {
+            peer,
+            rd: &mut rd,
+            held: &mut leftover,
+        };
+        let resp = match pull::handle(ctx, &req, client).await {
+            Some(pull::Answer::Respond(r)) => r,
+            // the client closed its connection while a long poll waited: nothing to answer
+            Some(pull::Answer::ClientGone) => return,
             None => plain_http(ctx, &req, &name),
         };
         let _ = wr.write_all(resp).await;

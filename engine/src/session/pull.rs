@@ -21,6 +21,12 @@
 //!
 //! Reads below the shard's ring go through the reader pool; the ring is sliced in place. Nothing
 //! here touches SQLite on the shard thread.
+//!
+//! A waiting long poll watches its connection ([`rt::ReadHalf::watch_while`]): when the client
+//! closes it (or it is reset), the wait ends at once, the poll's place under the caps is freed
+//! and the connection is closed with nothing sent ([`Answer::ClientGone`]). Bytes the client
+//! sends while it waits are held, not parsed (one request per connection: they are dropped
+//! with the connection, as any bytes after the request head are).
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -31,7 +37,7 @@ use std::time::{Duration, Instant};
 use corecast_net::http::query::Query;
 use corecast_net::http::request::Request;
 use corecast_net::http::response::{json_error_body, ResponseHead};
-use corecast_net::rt;
+use corecast_net::rt::{self, ReadHalf};
 
 use crate::cursor::{self, Binding, CursorError};
 use crate::fanout::signal::Signal;
@@ -46,6 +52,28 @@ pub const MAX_LIMIT: usize = 500;
 pub const MAX_WAIT_S: f64 = 60.0;
 /// Most rows a filtered window examines.
 const FILTER_SCAN_ROWS: usize = 4096;
+/// Most bytes a waiting long poll reads (and holds) from its client while it watches the
+/// connection; past that it stops reading until the wait ends.
+const MAX_HELD_BYTES: usize = 64 << 10;
+
+/// What to do with a pull API request's connection.
+#[derive(Debug)]
+pub enum Answer {
+    /// Send this response.
+    Respond(Vec<u8>),
+    /// The client closed the connection while its long poll waited: send nothing.
+    ClientGone,
+}
+
+/// The request's connection, watched while a long poll waits.
+pub struct Client<'a> {
+    /// The client's address (cursors are bound to it; the per-client cap counts by it).
+    pub peer: Option<IpAddr>,
+    /// The connection's reading half.
+    pub rd: &'a mut ReadHalf,
+    /// Bytes read past the request head, and any the client sends while its poll waits.
+    pub held: &'a mut Vec<u8>,
+}
 
 fn json(status: u16, body: &[u8]) -> Vec<u8> {
     ResponseHead::new(status)
@@ -74,7 +102,7 @@ fn jstr(s: &str) -> String {
 }
 
 /// Answers a `/v1/…` request; `None` when the path is not the pull API's.
-pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, peer: Option<IpAddr>) -> Option<Vec<u8>> {
+pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, client: Client<'_>) -> Option<Answer> {
     let path = req.path.as_str();
     let rest = if path == "/v1/streams" || path == "/v1/streams/" {
         ""
@@ -82,11 +110,11 @@ pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, peer: Option<IpAddr>) -> 
         path.strip_prefix("/v1/streams/")?
     };
     if req.method != "GET" {
-        return Some(err(
+        return Some(Answer::Respond(err(
             405,
             "method_not_allowed",
             "the pull API answers GET only",
-        ));
+        )));
     }
     let q = Query::parse(req.query.as_bytes());
     let reg = &ctx.shared.registry;
@@ -102,7 +130,7 @@ pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, peer: Option<IpAddr>) -> 
         _ => &[],
     };
     if let Some(detail) = super::route::unknown_params(&q, allowed) {
-        return Some(err(400, "bad_request", &detail));
+        return Some(Answer::Respond(err(400, "bad_request", &detail)));
     }
     let resp = match parts.as_slice() {
         [""] => {
@@ -129,12 +157,15 @@ pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, peer: Option<IpAddr>) -> 
             Err(e) => e,
         },
         [name, "rows"] => match find(name) {
-            Ok(st) => rows(ctx, &st, &q, peer).await,
+            Ok(st) => match rows(ctx, &st, &q, client).await {
+                Answer::Respond(r) => r,
+                gone => return Some(gone),
+            },
             Err(e) => e,
         },
         _ => err(404, "not_found", &format!("no endpoint at {path}")),
     };
-    Some(resp)
+    Some(Answer::Respond(resp))
 }
 
 /// One catalog entry.
@@ -336,46 +367,49 @@ fn now_s() -> u64 {
     (now_us() / 1_000_000).max(0) as u64
 }
 
-async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, peer: Option<IpAddr>) -> Vec<u8> {
+/// A window of rows, or [`Answer::ClientGone`] when the client closed the connection while the
+/// poll waited.
+async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Answer {
+    let Client { peer, rd, held } = client;
     let limit = match parse_limit(q, 100) {
         Ok(n) => n,
-        Err(e) => return e,
+        Err(e) => return Answer::Respond(e),
     };
     let wait = match q.get("wait") {
         None => 0.0,
         Some(v) => match v.trim().parse::<f64>() {
             Ok(s) if s.is_finite() && (0.0..=MAX_WAIT_S).contains(&s) => s,
             Ok(s) if s.is_finite() && s > MAX_WAIT_S => {
-                return err(
+                return Answer::Respond(err(
                     400,
                     "resource_limit_exceeded",
                     &format!("wait={v} is over the maximum of {MAX_WAIT_S} s"),
-                )
+                ))
             }
             _ => {
-                return err(
+                return Answer::Respond(err(
                     400,
                     "bad_request",
                     &format!("wait={v} is not a number of seconds ≥ 0"),
-                )
+                ))
             }
         },
     };
     if !st.durable() {
-        return err(
+        return Answer::Respond(err(
             409,
             "not_durable",
             &format!(
                 "stream {} keeps no log to page through; use /latest, SSE or WebSocket",
                 st.cfg.name
             ),
-        );
+        ));
     }
     let filter = match q.get("where") {
         None => None,
         Some(w) => match super::conn::parse_filter(st, w) {
             Ok(f) => Some(f),
-            Err(detail) => return err(400, "bad_request", &detail),
+            Err(detail) => return Answer::Respond(err(400, "bad_request", &detail)),
         },
     };
     let caller = peer.map(|p| p.to_string()).unwrap_or_default();
@@ -392,27 +426,27 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, peer: Option<IpAddr>) -> V
         match (q.get("cursor").filter(|c| !c.is_empty()), q.get("from")) {
             (Some(c), _) => match key.verify(&binding, c, now_s()) {
                 Ok(n) => n,
-                Err(CursorError::Invalid) => return err(
+                Err(CursorError::Invalid) => return Answer::Respond(err(
                     400,
                     "cursor_invalid",
                     "this cursor was not issued for this stream, filter and caller, or was altered",
-                ),
+                )),
                 Err(CursorError::Expired) => {
-                    return err(
+                    return Answer::Respond(err(
                         410,
                         "cursor_expired",
                         "this cursor has expired; start again without one",
-                    )
+                    ))
                 }
             },
             (None, None | Some("earliest")) => earliest,
             (None, Some("latest")) => head0,
             (None, Some(v)) => {
-                return err(
+                return Answer::Respond(err(
                     400,
                     "bad_request",
                     &format!("from={v}: use latest or earliest"),
-                )
+                ))
             }
         };
     let mut missing = None;
@@ -434,7 +468,7 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, peer: Option<IpAddr>) -> V
         let w = if next < head && limit > 0 {
             match read_window(ctx, st, next, head, filter.as_ref(), limit, scan).await {
                 Ok(w) => w,
-                Err(e) => return e,
+                Err(e) => return Answer::Respond(e),
             }
         } else {
             Window {
@@ -455,10 +489,10 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, peer: Option<IpAddr>) -> V
                 Some(s) => slot = Some(s),
                 None => {
                     super::metrics::count_refusal(503);
-                    return err_retry_after(
+                    return Answer::Respond(err_retry_after(
                         "too_many_streams",
                         "too many open SSE streams and long polls (per process or per client); retry later",
-                    );
+                    ));
                 }
             }
         }
@@ -472,9 +506,15 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, peer: Option<IpAddr>) -> V
         if ctx.hubs[st.index].borrow().head() > next {
             continue;
         }
+        // ...while watching the connection: a client that goes frees its slot at once
         st.stats.pull_waiting.fetch_add(1, Ordering::Relaxed);
-        let _ = rt::timeout(deadline - now, s.wait()).await;
+        let waited = rd
+            .watch_while(held, MAX_HELD_BYTES, rt::timeout(deadline - now, s.wait()))
+            .await;
         st.stats.pull_waiting.fetch_sub(1, Ordering::Relaxed);
+        if waited == rt::Watched::Closed {
+            return Answer::ClientGone;
+        }
     };
     let head = ctx.hubs[st.index].borrow().head();
     let next_cursor = key.sign(&binding, w.next, now_s());
@@ -500,5 +540,5 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, peer: Option<IpAddr>) -> V
     );
     body.extend_from_slice(&w.rows);
     body.extend_from_slice(b"]}");
-    json(200, &body)
+    Answer::Respond(json(200, &body))
 }

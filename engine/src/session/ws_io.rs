@@ -3,10 +3,15 @@
 //! Wraps the read half of a connection with the codec of `corecast_net::ws` (frame decode with the
 //! server's limits, then the message assembler). Runs on the connection's shard, in the
 //! connection's reader task. Events are returned owned so the caller may await between them.
+//!
+//! A frame still arriving is shown to the assembler read by read (`check_partial`), so a text
+//! message whose bytes cannot be UTF-8 ends the connection (1007) as soon as they arrive, not
+//! when the rest of their frame does (RFC 6455 §8.1 "fail fast").
 
 use corecast_net::rt::ReadHalf;
-use corecast_net::ws::frame::{decode, Decoded, FrameLimits, Role};
+use corecast_net::ws::frame::{FrameLimits, Role};
 use corecast_net::ws::message::{Event, MessageAssembler};
+use corecast_net::ws::partial::{FrameDecoder, Progress};
 
 /// Bytes asked of the socket per read at least.
 const READ_ROOM: usize = 16 * 1024;
@@ -45,7 +50,7 @@ pub struct WsReader {
     buf: Vec<u8>,
     start: usize,
     asm: MessageAssembler,
-    limits: FrameLimits,
+    frames: FrameDecoder,
 }
 
 impl WsReader {
@@ -57,10 +62,10 @@ impl WsReader {
             buf: leftover,
             start: 0,
             asm: MessageAssembler::new(max_message_bytes as u64),
-            limits: FrameLimits {
+            frames: FrameDecoder::new(FrameLimits {
                 role: Role::Server,
                 max_message_bytes: max_message_bytes as u64,
-            },
+            }),
         }
     }
 
@@ -71,6 +76,7 @@ impl WsReader {
     pub async fn drain_until_eof(&mut self) {
         self.buf.clear();
         self.start = 0;
+        self.frames.reset();
         loop {
             let buf = std::mem::take(&mut self.buf);
             let (res, mut buf) = self.rd.read_into(buf, READ_ROOM).await;
@@ -92,11 +98,11 @@ impl WsReader {
                     buf,
                     start,
                     asm,
-                    limits,
+                    frames,
                     ..
                 } = self;
-                match decode(&mut buf[*start..], limits) {
-                    Ok(Decoded::Frame {
+                match frames.decode(&mut buf[*start..]) {
+                    Ok(Progress::Frame {
                         header,
                         payload,
                         consumed,
@@ -124,7 +130,14 @@ impl WsReader {
                             }
                         }
                     }
-                    Ok(Decoded::NeedMore(_)) => {}
+                    Ok(Progress::Partial { header, received }) => {
+                        let base = *start;
+                        let p = &buf[base + received.start..base + received.end];
+                        if let Err(v) = asm.check_partial(&header, p) {
+                            return violation(v.close_code().0, v.to_string());
+                        }
+                    }
+                    Ok(Progress::NeedMore(_)) => {}
                     Err(e) => return violation(e.close_code().0, e.to_string()),
                 }
             }

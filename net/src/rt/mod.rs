@@ -2,8 +2,9 @@
 //!
 //! corecast runs one io_uring event loop per serving core (monoio 0.2.4). The rest of the
 //! workspace sees only what is re-exported or wrapped here — a runtime builder that reports which
-//! driver it got, TCP listeners and streams split into read and write halves, `spawn`, `sleep` and
-//! `timeout`, and [`FrameVec`], the vectored-write buffer that lets many sockets share the same
+//! driver it got, TCP listeners and streams split into read and write halves (a read half can
+//! watch for the peer going while another future runs: [`ReadHalf::watch_while`]), `spawn`,
+//! `sleep` and `timeout`, and [`FrameVec`], the vectored-write buffer that lets many sockets share the same
 //! frame bytes. Swapping the runtime (compio, say) means rewriting this module only.
 //!
 //! monoio's default "fusion" driver falls back to epoll silently when io_uring is unavailable
@@ -16,12 +17,15 @@ mod framevec;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::task::Poll;
 use std::time::Duration;
 
 pub use framevec::FrameVec;
 
 use monoio::buf::IoBufMut;
-use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, Splitable};
+use monoio::io::{
+    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Canceller, Splitable,
+};
 
 /// Which I/O driver a serving thread's runtime uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,6 +203,81 @@ impl ReadHalf {
     }
 }
 
+/// How [`ReadHalf::watch_while`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watched<T> {
+    /// The watched future finished first: its output.
+    Done(T),
+    /// The peer went first: a read returned 0 bytes (it closed) or an error (a reset, say). The
+    /// watched future was dropped unfinished.
+    Closed,
+}
+
+/// Most bytes [`ReadHalf::watch_while`] asks the socket for in one read.
+const WATCH_CHUNK: usize = 4096;
+
+impl ReadHalf {
+    /// Runs `fut` to completion while watching this connection for the peer going away.
+    ///
+    /// One read is kept in flight beside `fut`. Bytes the peer sends meanwhile (a pipelined
+    /// next request, say) are appended to `held` — never dropped, never interpreted — and the
+    /// watch goes on; once `held` holds `max_held` bytes the socket is no longer read and this
+    /// simply awaits `fut` (so a peer cannot make the server buffer without bound; its close is
+    /// then noticed only when `fut` ends). A read that returns 0 bytes or an error ends the
+    /// watch at once with [`Watched::Closed`], dropping `fut`. Note that a half-close (the peer
+    /// shut only its write side) reads as 0 bytes too, so it counts as the peer going.
+    ///
+    /// When `fut` finishes first, the read in flight is cancelled and awaited to its end, so
+    /// bytes that arrived in the race are still appended to `held`. Either way the connection
+    /// is left in order for further reads and writes.
+    pub async fn watch_while<F: Future>(
+        &mut self,
+        held: &mut Vec<u8>,
+        max_held: usize,
+        fut: F,
+    ) -> Watched<F::Output> {
+        let mut fut = std::pin::pin!(fut);
+        loop {
+            let room = max_held.saturating_sub(held.len()).min(WATCH_CHUNK);
+            if room == 0 {
+                return Watched::Done(fut.await);
+            }
+            let mut buf = std::mem::take(held);
+            buf.reserve(room);
+            let len = buf.len();
+            let canceller = Canceller::new();
+            let read = self
+                .inner
+                .cancelable_read(buf.slice_mut(len..len + room), canceller.handle());
+            let mut read = std::pin::pin!(read);
+            // `fut` first: when both are ready, the read's bytes are collected below anyway
+            let first = std::future::poll_fn(|cx| {
+                if let Poll::Ready(out) = fut.as_mut().poll(cx) {
+                    return Poll::Ready(Ok(out));
+                }
+                read.as_mut().poll(cx).map(Err)
+            })
+            .await;
+            match first {
+                Ok(out) => {
+                    // the read ends with ECANCELED, or with what it had already read
+                    let _ = canceller.cancel();
+                    let (_, slice) = read.await;
+                    *held = slice.into_inner();
+                    return Watched::Done(out);
+                }
+                Err((res, slice)) => {
+                    *held = slice.into_inner();
+                    match res {
+                        Ok(n) if n > 0 => {}
+                        _ => return Watched::Closed,
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The writing half of a [`Conn`].
 pub struct WriteHalf {
     inner: monoio::io::OwnedWriteHalf<monoio::net::TcpStream>,
@@ -244,5 +323,107 @@ mod tests {
         let d = rt.driver();
         assert!(matches!(d, Driver::IoUring | Driver::Fallback));
         assert_eq!(rt.block_on(async { 1 + 1 }), 2);
+    }
+
+    /// The default runtime (io_uring where the kernel allows) and the epoll fallback: the
+    /// watch tests run on both drivers.
+    fn runtimes() -> Vec<Runtime> {
+        let legacy = monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()
+            .expect("legacy runtime");
+        vec![
+            build_runtime(256).expect("runtime"),
+            Runtime {
+                inner: monoio::FusionRuntime::Legacy(legacy),
+                driver: Driver::Fallback,
+            },
+        ]
+    }
+
+    /// A connected pair: our [`ReadHalf`]/[`WriteHalf`] and the peer's std socket.
+    async fn pair() -> (ReadHalf, WriteHalf, std::net::TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let conn = Conn::connect(l.local_addr().unwrap()).await.unwrap();
+        let (peer, _) = l.accept().unwrap();
+        let (rd, wr) = conn.split();
+        (rd, wr, peer)
+    }
+
+    #[test]
+    fn watch_while_ends_when_the_peer_closes() {
+        for mut rt in runtimes() {
+            rt.block_on(async {
+                let (mut rd, _wr, peer) = pair().await;
+                sleep(Duration::from_millis(20)).await;
+                drop(peer);
+                let t0 = std::time::Instant::now();
+                let mut held = Vec::new();
+                let w = rd
+                    .watch_while(&mut held, 1024, sleep(Duration::from_secs(10)))
+                    .await;
+                assert_eq!(w, Watched::Closed);
+                assert!(t0.elapsed() < Duration::from_secs(2));
+            });
+        }
+    }
+
+    #[test]
+    fn watch_while_holds_what_the_peer_sends_and_keeps_watching() {
+        use std::io::Write;
+        for mut rt in runtimes() {
+            rt.block_on(async {
+                let (mut rd, _wr, mut peer) = pair().await;
+                let mut held = b"GET".to_vec();
+                peer.write_all(b" /a").unwrap();
+                let w = rd
+                    .watch_while(&mut held, 1024, async {
+                        sleep(Duration::from_millis(100)).await;
+                        7
+                    })
+                    .await;
+                assert_eq!(w, Watched::Done(7));
+                assert_eq!(held, b"GET /a");
+                // a future ready at once: the cancelled read loses nothing
+                peer.write_all(b" HTTP").unwrap();
+                sleep(Duration::from_millis(20)).await;
+                assert_eq!(
+                    rd.watch_while(&mut held, 1024, async {}).await,
+                    Watched::Done(())
+                );
+                let mut rest = Vec::new();
+                if held.len() < 11 {
+                    let (res, b) = rd.read_into(rest, 64).await;
+                    assert!(res.unwrap() > 0);
+                    rest = b;
+                }
+                held.extend_from_slice(&rest);
+                assert_eq!(held, b"GET /a HTTP");
+                // the watch goes on after data: a close is still noticed
+                drop(peer);
+                let w = rd
+                    .watch_while(&mut held, 1024, sleep(Duration::from_secs(10)))
+                    .await;
+                assert_eq!(w, Watched::Closed);
+            });
+        }
+    }
+
+    #[test]
+    fn watch_while_stops_reading_at_max_held() {
+        use std::io::Write;
+        for mut rt in runtimes() {
+            rt.block_on(async {
+                let (mut rd, _wr, mut peer) = pair().await;
+                peer.write_all(b"abcdef").unwrap();
+                drop(peer);
+                let mut held = Vec::new();
+                let w = rd
+                    .watch_while(&mut held, 2, sleep(Duration::from_millis(100)))
+                    .await;
+                assert_eq!(w, Watched::Done(()));
+                assert_eq!(held, b"ab");
+            });
+        }
     }
 }

@@ -6,7 +6,8 @@
 //! or a [`FrameError`], each of which maps to one close code in [`FrameError::close_code`]. A
 //! frame over [`FrameLimits::max_message_bytes`] is refused (1009) from its header alone,
 //! before its payload is buffered. corecast negotiates no extension, so any RSV bit is an
-//! error.
+//! error. [`decode_header`] is the header half alone, and [`apply_mask_at`] unmasks a piece of
+//! a payload; [`crate::ws::partial`] builds on both to look into frames still arriving.
 //!
 //! **Encode.** Encoders append to the caller's `Vec<u8>`: [`encode_header`] (the 2, 4 or
 //! 10-byte forms, always the minimal one, plus the mask key), [`encode_frame`] and the
@@ -219,14 +220,103 @@ impl FrameError {
     }
 }
 
+/// What [`decode_header`] found at the start of the buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodedHeader {
+    /// A complete header; the payload (still masked) starts `header_bytes` into the buffer.
+    Header {
+        /// The header.
+        header: FrameHeader,
+        /// Bytes of the header (2-14), mask key included.
+        header_bytes: usize,
+    },
+    /// The header is incomplete: at least this many more bytes are needed.
+    NeedMore(usize),
+}
+
+/// Decodes the frame header at the start of `buf` (RFC 6455 §5.2) and checks everything a
+/// header alone decides (RSV bits, opcode, masking rule, control frame rules, the size limit).
+/// Looks at no payload byte and changes nothing. [`decode`] is this plus the payload.
+pub fn decode_header(buf: &[u8], limits: &FrameLimits) -> Result<DecodedHeader, FrameError> {
+    let fields = match scan_header(buf, limits)? {
+        Scan::Fields(fields) => fields,
+        Scan::NeedMore(n) => return Ok(DecodedHeader::NeedMore(n)),
+    };
+    if buf.len() < fields.header_bytes {
+        return Ok(DecodedHeader::NeedMore(fields.header_bytes - buf.len()));
+    }
+    Ok(DecodedHeader::Header {
+        header: fields.header(buf),
+        header_bytes: fields.header_bytes,
+    })
+}
+
 /// Decodes the frame at the start of `buf` (RFC 6455 §5.2) and unmasks its payload in place.
 ///
 /// Non-minimal length encodings are accepted (the RFC asks senders for the minimal form; being
 /// lenient costs nothing). A returned frame's payload is unmasked in `buf`: consume it before
 /// calling again, or the second call would mask it back. `NeedMore` leaves `buf` unchanged.
+/// To look at a payload before all of it has arrived, use [`crate::ws::partial::FrameDecoder`].
 pub fn decode(buf: &mut [u8], limits: &FrameLimits) -> Result<Decoded, FrameError> {
+    let fields = match scan_header(buf, limits)? {
+        Scan::Fields(fields) => fields,
+        Scan::NeedMore(n) => return Ok(Decoded::NeedMore(n)),
+    };
+    let header_bytes = fields.header_bytes;
+    let total = header_bytes.saturating_add(payload_bytes(fields.len, limits)?);
+    if buf.len() < total {
+        return Ok(Decoded::NeedMore(total - buf.len()));
+    }
+    let header = fields.header(buf);
+    if let Some(key) = header.mask {
+        apply_mask(&mut buf[header_bytes..total], key);
+    }
+    Ok(Decoded::Frame {
+        header,
+        payload: header_bytes..total,
+        consumed: total,
+    })
+}
+
+/// A header's fields up to its length, checked, and where its mask key (if any) lies.
+struct HeaderFields {
+    fin: bool,
+    rsv: u8,
+    opcode: OpCode,
+    masked: bool,
+    len: u64,
+    /// Bytes of the whole header, mask key included.
+    header_bytes: usize,
+}
+
+impl HeaderFields {
+    /// The header, reading the mask key from `buf` (which holds at least `header_bytes`).
+    fn header(&self, buf: &[u8]) -> FrameHeader {
+        let mask = self.masked.then(|| {
+            let mut key = [0u8; MASK_BYTES];
+            key.copy_from_slice(&buf[self.header_bytes - MASK_BYTES..self.header_bytes]);
+            key
+        });
+        FrameHeader {
+            fin: self.fin,
+            rsv: self.rsv,
+            opcode: self.opcode,
+            mask,
+            len: self.len,
+        }
+    }
+}
+
+/// What [`scan_header`] found.
+enum Scan {
+    Fields(HeaderFields),
+    NeedMore(usize),
+}
+
+/// Reads and checks the header's first 2-10 bytes (everything but the mask key).
+fn scan_header(buf: &[u8], limits: &FrameLimits) -> Result<Scan, FrameError> {
     if buf.len() < 2 {
-        return Ok(Decoded::NeedMore(2 - buf.len()));
+        return Ok(Scan::NeedMore(2 - buf.len()));
     }
     let (b0, b1) = (buf[0], buf[1]);
     let fin = b0 & 0x80 != 0;
@@ -248,13 +338,13 @@ pub fn decode(buf: &mut [u8], limits: &FrameLimits) -> Result<Decoded, FrameErro
     let (len, len_bytes) = match b1 & 0x7F {
         126 => {
             if buf.len() < 4 {
-                return Ok(Decoded::NeedMore(4 - buf.len()));
+                return Ok(Scan::NeedMore(4 - buf.len()));
             }
             (u64::from(u16::from_be_bytes([buf[2], buf[3]])), 2)
         }
         127 => {
             if buf.len() < 10 {
-                return Ok(Decoded::NeedMore(10 - buf.len()));
+                return Ok(Scan::NeedMore(10 - buf.len()));
             }
             let mut field = [0u8; 8];
             field.copy_from_slice(&buf[2..10]);
@@ -275,34 +365,22 @@ pub fn decode(buf: &mut [u8], limits: &FrameLimits) -> Result<Decoded, FrameErro
             limit: limits.max_message_bytes,
         });
     }
-    let header_bytes = 2 + len_bytes + if masked { MASK_BYTES } else { 0 };
-    // len <= max_message_bytes, and a buffer this size could not exist otherwise.
-    let payload_bytes = usize::try_from(len).map_err(|_| FrameError::TooBig {
+    Ok(Scan::Fields(HeaderFields {
+        fin,
+        rsv,
+        opcode,
+        masked,
+        len,
+        header_bytes: 2 + len_bytes + if masked { MASK_BYTES } else { 0 },
+    }))
+}
+
+/// A checked payload length `len` as a `usize`. It is at most `max_message_bytes`, so this
+/// fails only where that limit exceeds the address space ([`FrameError::TooBig`]).
+pub(crate) fn payload_bytes(len: u64, limits: &FrameLimits) -> Result<usize, FrameError> {
+    usize::try_from(len).map_err(|_| FrameError::TooBig {
         len,
         limit: limits.max_message_bytes,
-    })?;
-    let total = header_bytes.saturating_add(payload_bytes);
-    if buf.len() < total {
-        return Ok(Decoded::NeedMore(total - buf.len()));
-    }
-    let mask = if masked {
-        let mut key = [0u8; MASK_BYTES];
-        key.copy_from_slice(&buf[header_bytes - MASK_BYTES..header_bytes]);
-        apply_mask(&mut buf[header_bytes..total], key);
-        Some(key)
-    } else {
-        None
-    };
-    Ok(Decoded::Frame {
-        header: FrameHeader {
-            fin,
-            rsv,
-            opcode,
-            mask,
-            len,
-        },
-        payload: header_bytes..total,
-        consumed: total,
     })
 }
 
@@ -322,6 +400,14 @@ pub fn apply_mask(buf: &mut [u8], mask: [u8; MASK_BYTES]) {
     for (i, b) in chunks.into_remainder().iter_mut().enumerate() {
         *b ^= mask[i & 3];
     }
+}
+
+/// Like [`apply_mask`] for a slice that starts `offset` bytes into the masked payload (so at
+/// mask byte `offset % 4`): unmasks a payload piece by piece as it arrives.
+pub fn apply_mask_at(buf: &mut [u8], mask: [u8; MASK_BYTES], offset: usize) {
+    let mut key = mask;
+    key.rotate_left(offset % MASK_BYTES);
+    apply_mask(buf, key);
 }
 
 /// Bytes of an unmasked header for a `len`-byte payload: 2 (≤ 125), 4 (≤ 65535) or 10.

@@ -8,11 +8,15 @@
 //! accepted). Each frame consumes the current state and yields the next.
 //!
 //! Control frames may arrive between the fragments of a message. Text is validated as UTF-8
-//! fragment by fragment, so an invalid sequence fails when its fragment arrives (1007); a
-//! sequence cut at a fragment boundary is fine until the final fragment.
+//! as it arrives ([`Utf8Stream`]), so an invalid sequence fails when its fragment arrives
+//! (1007); a sequence cut at a fragment boundary is fine until the final fragment. To fail
+//! even before a fragment is whole, feed the received part of a frame whose payload has not
+//! all arrived to [`MessageAssembler::check_partial`] (see [`crate::ws::partial`]) before
+//! [`MessageAssembler::push`]ing the whole frame: the bytes it checked are not checked again.
 
 use crate::ws::close::CloseCode;
 use crate::ws::frame::{FrameHeader, OpCode, MESSAGE_BYTES_MAX_DEFAULT};
+use crate::ws::utf8::{Utf8Stream, Utf8StreamError};
 use std::borrow::Cow;
 use thiserror::Error;
 
@@ -112,13 +116,7 @@ enum State {
     /// No message open: a text or binary frame starts one.
     ExpectMessage,
     /// A fragmented message is open: continuation frames extend it.
-    ExpectContinuation {
-        binary: bool,
-        payload: Vec<u8>,
-        /// Bytes of `payload` known to be valid UTF-8 (text only): an incomplete sequence may
-        /// follow.
-        utf8_valid_bytes: usize,
-    },
+    ExpectContinuation { binary: bool, payload: Vec<u8> },
     /// A close was received or a violation found; every further frame is refused.
     Closed,
 }
@@ -128,6 +126,12 @@ enum State {
 pub struct MessageAssembler {
     state: State,
     max_message_bytes: u64,
+    /// The UTF-8 check of the text message open (or being started by a partial frame);
+    /// at the start of a stream whenever no text is open.
+    utf8: Utf8Stream,
+    /// Payload bytes of the frame in progress that [`MessageAssembler::check_partial`]
+    /// already fed to `utf8`; 0 when none.
+    frame_checked: usize,
 }
 
 impl Default for MessageAssembler {
@@ -142,6 +146,8 @@ impl MessageAssembler {
         MessageAssembler {
             state: State::ExpectMessage,
             max_message_bytes,
+            utf8: Utf8Stream::new(),
+            frame_checked: 0,
         }
     }
 
@@ -157,7 +163,8 @@ impl MessageAssembler {
 
     /// Feeds one decoded frame (`payload` already unmasked). Returns the event it completes,
     /// `None` for a non-final fragment, or the violation; after a close or a violation every
-    /// frame is [`ProtocolViolation::FrameAfterClose`].
+    /// frame is [`ProtocolViolation::FrameAfterClose`]. When [`MessageAssembler::check_partial`]
+    /// saw the start of this frame, `payload` must begin with the very bytes it saw.
     pub fn push<'a>(
         &mut self,
         header: &FrameHeader,
@@ -166,6 +173,7 @@ impl MessageAssembler {
         debug_assert_eq!(header.len, payload.len() as u64);
         let state = std::mem::replace(&mut self.state, State::Closed);
         let (next, result) = self.handle(state, header, payload);
+        self.frame_checked = 0;
         self.state = match result {
             Ok(_) => next,
             Err(_) => State::Closed,
@@ -173,8 +181,49 @@ impl MessageAssembler {
         result
     }
 
+    /// Checks the first bytes of a frame whose payload has not all arrived: `received` is the
+    /// payload so far (unmasked, from its first byte; each call's covers the last one's). For
+    /// a text message's frame, the bytes not checked yet are validated as UTF-8 at once, so an
+    /// invalid sequence fails (1007) without waiting for the rest of the frame; a frame that
+    /// may not come now (a continuation with no message open, a data frame inside a fragmented
+    /// message, anything after a close) fails as [`MessageAssembler::push`] would fail it.
+    /// Binary and control frames are left for `push`. After an error the assembler is closed.
+    pub fn check_partial(
+        &mut self,
+        header: &FrameHeader,
+        received: &[u8],
+    ) -> Result<(), ProtocolViolation> {
+        debug_assert!(received.len() as u64 <= header.len);
+        let text = match (&self.state, header.opcode) {
+            (_, OpCode::Ping | OpCode::Pong | OpCode::Close) => return Ok(()),
+            (State::Closed, opcode) => Err(ProtocolViolation::FrameAfterClose { opcode }),
+            (State::ExpectMessage, OpCode::Text) => Ok(true),
+            (State::ExpectMessage, OpCode::Binary) => Ok(false),
+            (State::ExpectMessage, OpCode::Continuation) => {
+                Err(ProtocolViolation::ContinuationWithoutMessage)
+            }
+            (State::ExpectContinuation { binary, .. }, OpCode::Continuation) => Ok(!binary),
+            (State::ExpectContinuation { .. }, opcode) => {
+                Err(ProtocolViolation::MessageAlreadyOpen { opcode })
+            }
+        };
+        let result = match text {
+            Ok(true) => {
+                let fresh = &received[self.frame_checked.min(received.len())..];
+                self.frame_checked = received.len().max(self.frame_checked);
+                self.utf8.feed(fresh).map_err(invalid_utf8)
+            }
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if result.is_err() {
+            self.state = State::Closed;
+        }
+        result
+    }
+
     fn handle<'a>(
-        &self,
+        &mut self,
         state: State,
         header: &FrameHeader,
         payload: &'a [u8],
@@ -197,8 +246,7 @@ impl MessageAssembler {
                 State::ExpectContinuation {
                     binary,
                     payload: buffered,
-                    utf8_valid_bytes,
-                } => self.extend(binary, buffered, utf8_valid_bytes, header.fin, payload),
+                } => self.extend(binary, buffered, header.fin, payload),
                 State::ExpectMessage | State::Closed => {
                     (state, Err(ProtocolViolation::ContinuationWithoutMessage))
                 }
@@ -207,7 +255,7 @@ impl MessageAssembler {
     }
 
     fn start<'a>(
-        &self,
+        &mut self,
         binary: bool,
         fin: bool,
         payload: &'a [u8],
@@ -217,9 +265,8 @@ impl MessageAssembler {
         }
         if fin {
             if !binary {
-                if let Err(e) = std::str::from_utf8(payload) {
-                    let at = e.valid_up_to();
-                    return (State::Closed, Err(ProtocolViolation::InvalidUtf8 { at }));
+                if let Err(e) = self.check_utf8(payload, true) {
+                    return (State::Closed, Err(e));
                 }
             }
             let event = Event::Message {
@@ -228,26 +275,25 @@ impl MessageAssembler {
             };
             return (State::ExpectMessage, Ok(Some(event)));
         }
-        self.extend(binary, Vec::new(), 0, false, payload)
+        self.extend(binary, Vec::new(), false, payload)
     }
 
     fn extend<'a>(
-        &self,
+        &mut self,
         binary: bool,
         mut buffered: Vec<u8>,
-        mut utf8_valid_bytes: usize,
         fin: bool,
         payload: &'a [u8],
     ) -> (State, Result<Option<Event<'a>>, ProtocolViolation>) {
         if let Err(e) = self.check_size(buffered.len() + payload.len()) {
             return (State::Closed, Err(e));
         }
-        buffered.extend_from_slice(payload);
         if !binary {
-            if let Err(e) = check_utf8_prefix(&buffered, &mut utf8_valid_bytes, fin) {
+            if let Err(e) = self.check_utf8(payload, fin) {
                 return (State::Closed, Err(e));
             }
         }
+        buffered.extend_from_slice(payload);
         if fin {
             let event = Event::Message {
                 binary,
@@ -258,10 +304,24 @@ impl MessageAssembler {
             let next = State::ExpectContinuation {
                 binary,
                 payload: buffered,
-                utf8_valid_bytes,
             };
             (next, Ok(None))
         }
+    }
+
+    /// Validates a text frame's `payload`, less the bytes `check_partial` already saw, and at
+    /// the end of the message (`fin`) that no code point was left incomplete. The check starts
+    /// afresh for the next message once this one ends, well or not.
+    fn check_utf8(&mut self, payload: &[u8], fin: bool) -> Result<(), ProtocolViolation> {
+        let fresh = &payload[self.frame_checked.min(payload.len())..];
+        let mut result = self.utf8.feed(fresh);
+        if fin {
+            result = result.and_then(|()| self.utf8.finish());
+        }
+        if fin || result.is_err() {
+            self.utf8.reset();
+        }
+        result.map_err(invalid_utf8)
     }
 
     fn check_size(&self, bytes: usize) -> Result<(), ProtocolViolation> {
@@ -276,29 +336,9 @@ impl MessageAssembler {
     }
 }
 
-/// Advances `valid_bytes` over `buf`: an invalid sequence fails at once; an incomplete one at
-/// the end waits for more bytes unless `fin`.
-fn check_utf8_prefix(
-    buf: &[u8],
-    valid_bytes: &mut usize,
-    fin: bool,
-) -> Result<(), ProtocolViolation> {
-    match std::str::from_utf8(&buf[*valid_bytes..]) {
-        Ok(_) => {
-            *valid_bytes = buf.len();
-            Ok(())
-        }
-        Err(e) => {
-            let at = *valid_bytes + e.valid_up_to();
-            match e.error_len() {
-                None if !fin => {
-                    *valid_bytes = at;
-                    Ok(())
-                }
-                None | Some(_) => Err(ProtocolViolation::InvalidUtf8 { at }),
-            }
-        }
-    }
+/// The violation for an invalid sequence at byte `at` of the message.
+fn invalid_utf8(e: Utf8StreamError) -> ProtocolViolation {
+    ProtocolViolation::InvalidUtf8 { at: e.at }
 }
 
 /// Reads a close frame's payload (RFC 6455 §5.5.1).
