@@ -352,11 +352,10 @@ impl Buffer {
     pub fn checkpoint_elsewhere(&mut self) -> Result<(), StorageError> {
         self.conn
             .pragma_update(None, "wal_autocheckpoint", 0)
-            .map_err(|source| StorageError::Sqlite {
-                path: self.path().to_path_buf(),
-                op: "setting wal_autocheckpoint=0",
-                source,
-            })
+            .map_err(StorageError::sqlite(
+                &self.db_path,
+                "setting wal_autocheckpoint=0",
+            ))
     }
 
     /// Caps the database at `pages` pages (`PRAGMA max_page_count`; SQLite will not set it below
@@ -366,11 +365,10 @@ impl Buffer {
         let pages_in_force: i64 = self
             .conn
             .pragma_update_and_check(None, "max_page_count", pages, |row| row.get(0))
-            .map_err(|source| StorageError::Sqlite {
-                path: self.db_path.clone(),
-                op: "setting max_page_count",
-                source,
-            })?;
+            .map_err(StorageError::sqlite(
+                &self.db_path,
+                "setting max_page_count",
+            ))?;
         to_u64(pages_in_force, &self.db_path, "max_page_count")
     }
 
@@ -538,18 +536,17 @@ pub(crate) struct Meta {
 
 /// Reads `meta` (the buffer must exist and have been created).
 pub(crate) fn read_meta(conn: &Connection, db_path: &Path) -> Result<Meta, StorageError> {
-    let sqlite = |source| StorageError::Sqlite {
-        path: db_path.to_owned(),
-        op: "reading meta",
-        source,
-    };
+    const OP: &str = "reading meta";
     let mut statement = conn
         .prepare("SELECT key, value FROM meta")
-        .map_err(sqlite)?;
-    let mut rows = statement.query([]).map_err(sqlite)?;
+        .map_err(StorageError::sqlite(db_path, OP))?;
+    let mut rows = statement
+        .query([])
+        .map_err(StorageError::sqlite(db_path, OP))?;
     let mut values: HashMap<String, rusqlite::types::Value> = HashMap::new();
-    while let Some(row) = rows.next().map_err(sqlite)? {
-        values.insert(row.get(0).map_err(sqlite)?, row.get(1).map_err(sqlite)?);
+    while let Some(row) = rows.next().map_err(StorageError::sqlite(db_path, OP))? {
+        let key = row.get(0).map_err(StorageError::sqlite(db_path, OP))?;
+        values.insert(key, row.get(1).map_err(StorageError::sqlite(db_path, OP))?);
     }
     use rusqlite::types::Value;
     let missing = |key: &str| StorageError::Corrupt {
@@ -643,7 +640,7 @@ fn take_writer_lock(lock_path: &Path) -> Result<File, StorageError> {
 
 /// Ends the open transaction, if any, discarding its writes. A failure here leaves the
 /// transaction open; the next `BEGIN` then fails and that commit is reported failed too.
-fn rollback(conn: &Connection) {
+pub(crate) fn rollback(conn: &Connection) {
     if !conn.is_autocommit() {
         let _ = conn.execute_batch("ROLLBACK");
     }

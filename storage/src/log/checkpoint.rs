@@ -40,11 +40,7 @@ impl Checkpointer {
             &path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
-        .map_err(|source| StorageError::Sqlite {
-            path: path.clone(),
-            op: "opening for checkpoints",
-            source,
-        })?;
+        .map_err(StorageError::sqlite(&path, "opening for checkpoints"))?;
         Ok(Checkpointer { conn, path })
     }
 
@@ -57,10 +53,6 @@ impl Checkpointer {
                     checkpointed: row.get(2)?,
                 })
             })
-            .map_err(|source| StorageError::Sqlite {
-                path: self.path.clone(),
-                op: "checkpointing",
-                source,
-            })
+            .map_err(StorageError::sqlite(&self.path, "checkpointing"))
     }
 }

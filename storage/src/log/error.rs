@@ -4,7 +4,7 @@
 //! Every message names the database file and the operation, so one log line says what failed, on
 //! what, and why (STYLE.md §6).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
@@ -84,4 +84,19 @@ pub struct CommitFailed {
     pub batches_count: usize,
     /// Rows in the failed commit (duplicates included).
     pub rows_count: usize,
+}
+
+impl StorageError {
+    /// A `map_err` adapter: wraps a SQLite error with the database file and `op`, copying the
+    /// path only when there is an error.
+    pub(crate) fn sqlite<'a>(
+        path: &'a Path,
+        op: &'static str,
+    ) -> impl FnOnce(rusqlite::Error) -> StorageError + 'a {
+        move |source| StorageError::Sqlite {
+            path: path.to_owned(),
+            op,
+            source,
+        }
+    }
 }

@@ -227,10 +227,6 @@ impl BufferReader {
 
     /// Wraps a SQLite error with the file and `op` (copying the path only on error).
     fn sqlite(&self, op: &'static str) -> impl FnOnce(rusqlite::Error) -> StorageError + '_ {
-        move |source| StorageError::Sqlite {
-            path: self.db_path.clone(),
-            op,
-            source,
-        }
+        StorageError::sqlite(&self.db_path, op)
     }
 }

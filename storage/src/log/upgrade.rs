@@ -9,7 +9,7 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::block::BlockWriter;
-use super::buffer::{to_u64, FORMAT_VERSION};
+use super::buffer::{rollback, to_u64, FORMAT_VERSION};
 use super::error::StorageError;
 
 /// If the buffer on `conn` is version 1, moves its rows into blocks and records the current
@@ -17,10 +17,7 @@ use super::error::StorageError;
 ///
 /// Fails with [`StorageError::Sqlite`] (nothing changed) or [`StorageError::Corrupt`].
 pub(crate) fn upgrade(conn: &Connection, db_path: &std::path::Path) -> Result<u64, StorageError> {
-    let sqlite = |op: &'static str| {
-        let path = db_path.to_owned();
-        move |source| StorageError::Sqlite { path, op, source }
-    };
+    let sqlite = |op| StorageError::sqlite(db_path, op);
     let version: Option<i64> = conn
         .query_row(
             "SELECT value FROM meta WHERE key = 'format_version'",
@@ -47,19 +44,16 @@ pub(crate) fn upgrade(conn: &Connection, db_path: &std::path::Path) -> Result<u6
             .map_err(sqlite("finishing the format upgrade"))?;
         Ok(moved)
     });
-    if result.is_err() && !conn.is_autocommit() {
-        let _ = conn.execute_batch("ROLLBACK");
+    if result.is_err() {
+        rollback(conn);
     }
     result
 }
 
 /// Copies every version-1 row into blocks inside the open transaction.
 fn move_rows(conn: &Connection, db_path: &std::path::Path) -> Result<u64, StorageError> {
-    let sqlite = |source| StorageError::Sqlite {
-        path: db_path.to_owned(),
-        op: "moving version-1 rows into blocks",
-        source,
-    };
+    let sqlite =
+        |source| StorageError::sqlite(db_path, "moving version-1 rows into blocks")(source);
     let mut select = conn
         .prepare("SELECT \"offset\", ts, payload FROM rows ORDER BY \"offset\"")
         .map_err(sqlite)?;
