@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use corecast_storage::schema::{RowCodec, Schema};
-use support::{recv_text, trade, ws_connect, Server, Setup, Ws};
+use support::{publish_on, recv_text, trade, ws_connect, Server, Setup, Ws};
 use tungstenite::Message;
 
 /// The trade schema as every greeting publishes it (PROTOCOL.md §4).
@@ -2046,4 +2046,39 @@ fn sigterm_closes_a_slow_replaying_subscriber_promptly_between_frames() {
             "frame {i} is whole and in order"
         );
     }
+}
+
+/// 12,000 rows that a `{"side":1}` filter refuses (about three replay chunks), then one it
+/// accepts, published and then read back after a restart (the ring is empty, so every row comes
+/// from the reader pool). Returns the restarted server.
+fn quiet_stream_with_one_late_match(setup: &Setup) -> Server {
+    let cfg = standard_config(setup);
+    let srv = Server::start(Some(&cfg), &setup.data(), &[]);
+    let mut publ = ws_connect(&srv.url("trades?publish"));
+    let _greeting = recv_text(&mut publ);
+    for chunk in 0..12 {
+        let rows: Vec<String> = (0..1000)
+            .map(|i| trade(2 * (chunk * 1000 + i), "BTCUSD")) // even trade ids: side 0
+            .collect();
+        publish_on(&mut publ, &rows);
+    }
+    assert_eq!(publish_on(&mut publ, &[trade(1, "ETHUSD")]), [Some(12_001)]);
+    let _ = publ.close(None);
+    assert_eq!(srv.stop(), Some(0));
+    Server::start(Some(&cfg), &setup.data(), &[])
+}
+
+#[test]
+fn a_filtered_replay_reads_past_chunks_with_no_match_without_waiting_for_a_publish() {
+    let setup = Setup::new();
+    let srv = quiet_stream_with_one_late_match(&setup);
+    // Nothing is published from here on: the match must come from the replay alone.
+    let (mut ws, _greeting) = open(
+        &srv,
+        &format!("trades?offset=1&where={}", pct(r#"{"side":1}"#)),
+    );
+    let frame = recv_text(&mut ws);
+    let (offset, _ts, row) = split_frame(&frame);
+    assert_eq!(offset, Some(12_001), "{frame}");
+    assert!(row.contains("\"symbol\":\"ETHUSD\""), "{frame}");
 }

@@ -513,3 +513,38 @@ fn unknown_keys_and_offsets_on_live_only_streams_are_refused() {
         r.text()
     );
 }
+
+#[test]
+fn a_filtered_replay_reads_past_rows_with_no_match_without_waiting_for_a_publish() {
+    let setup = Setup::new();
+    // Pings far apart: before the fix a stream whose replay chunk matched nothing waited for a
+    // publish or the next ping before reading the next chunk.
+    let cfg = setup.config(
+        &CONFIG
+            .replace("ping_min_ms = 300", "ping_min_ms = 20000")
+            .replace("ping_max_ms = 500", "ping_max_ms = 30000")
+            .replace("max_age_s = 4", "max_age_s = 60"),
+    );
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    // 12,000 rows of symbol A (about three replay chunks), then one of B; then a restart, so
+    // the replay comes from the reader pool, and no publish after it.
+    for chunk in 0..12 {
+        publish_batch(&server, "t", &rows(1 + chunk * 1000, 1000, "A"));
+    }
+    assert_eq!(
+        publish_batch(&server, "t", &rows(12_001, 1, "B")),
+        [Some(12_001)]
+    );
+    assert_eq!(server.stop(), Some(0));
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let mut s = SseStream::open(
+        server.addr,
+        None,
+        "/t/events?offset=1&where=%7B%22symbol%22%3A%22B%22%7D",
+        &[],
+    );
+    assert_eq!(s.status, 200);
+    let (id, event, data) = s.next_event(Duration::from_secs(10)).expect("the match");
+    assert_eq!((id.as_deref(), event.as_str()), (Some("12001"), "message"));
+    assert!(data.contains("\"symbol\":\"B\""), "{data}");
+}

@@ -426,6 +426,7 @@ async fn run(
             return Some("behind");
         }
         let mut events = 0u64;
+        let owed_from = next;
         if next < head {
             if next < base && st.durable() {
                 let (tx, rx) = flume::bounded(1);
@@ -479,6 +480,10 @@ async fn run(
             continue;
         }
         lag.store(next, Ordering::Relaxed);
+        if next < head && next > owed_from {
+            // a `where=` filter matched nothing in what was read: read on, nothing to wait for
+            continue;
+        }
         if ctx.shutting_down()
             && ctx.shared.publishers_open.load(Ordering::SeqCst) == 0
             && next >= head

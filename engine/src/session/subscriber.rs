@@ -183,6 +183,7 @@ async fn serve(
             ));
         }
         let mut frames = 0u64;
+        let owed_from = next;
         // pongs first
         {
             let mut c = state.control.borrow_mut();
@@ -238,6 +239,11 @@ async fn serve(
         }
         if !fv.is_empty() {
             write(stream, wr, &mut fv, frames).await?;
+            lag.store(next, Ordering::Relaxed);
+            continue;
+        }
+        if next < head && next > owed_from {
+            // a `where=` filter matched nothing in what was read: read on, nothing to wait for
             lag.store(next, Ordering::Relaxed);
             continue;
         }
