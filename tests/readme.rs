@@ -149,4 +149,12 @@ fn the_tour_runs_as_written() {
         "{}",
         lines[17]
     );
+    // the pull API's first page: rows 1 and 2 and a cursor
+    assert!(
+        lines[18].contains(r#""rows":[[1,"#)
+            && lines[18].contains(r#"[2,"#)
+            && lines[18].contains(r#""next_cursor":""#),
+        "{}",
+        lines[18]
+    );
 }

@@ -59,6 +59,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // colour codes only for a terminal, never into a log file
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     match cli.cmd {
@@ -120,6 +122,7 @@ fn serve(
         }
     };
     let streams = cfg.streams.len();
+    tracing::info!(streams, "data directory {}", cfg.data_dir.display());
     let running = match server::start(ServeOptions { config: cfg, cores }) {
         Ok(r) => r,
         Err(e) => {

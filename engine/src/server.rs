@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use corecast_net::rt::Driver;
+use corecast_storage::log::buffer::FORMAT_VERSION;
 use corecast_storage::log::{Buffer, BufferReader};
 use corecast_storage::schema::{RowCodec, Schema};
 
@@ -180,6 +181,21 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
                 .earliest()
                 .map_err(|e| serr(e.to_string()))?
                 .unwrap_or(end);
+            if buffer.converted_rows() > 0 {
+                tracing::info!(
+                    stream = %sc.name,
+                    rows = buffer.converted_rows(),
+                    "converted {} from storage format 1 to {FORMAT_VERSION}",
+                    buffer.path().display()
+                );
+            }
+            tracing::info!(
+                stream = %sc.name,
+                earliest,
+                end_offset = end,
+                "opened {}",
+                buffer.path().display()
+            );
             let id = buffer.stream_id().to_string();
             buffers[writer].push((index, buffer));
             let base = format!("file://{}/{}", dir.display(), sc.name);

@@ -182,11 +182,31 @@ fn a_version_1_buffer_is_converted_when_the_writer_opens_it() {
     // A reader alone does not convert; it says what will.
     let error = BufferReader::open(tmp.path()).unwrap_err().to_string();
     assert!(
-        error.contains("format_version 1") && error.contains("converts it"),
+        error.contains("format_version 1, this build reads 2") && error.contains("converts it"),
         "{error}"
     );
+    // And a newer layout is refused by the writer too, naming it.
+    let newer = tempfile::tempdir().unwrap();
+    write_version_1(newer.path(), &[], 1);
+    let raw = rusqlite::Connection::open(newer.path().join(DB_FILE_NAME)).unwrap();
+    raw.execute("UPDATE meta SET value = 3 WHERE key = 'format_version'", [])
+        .unwrap();
+    let error = Buffer::open(newer.path(), None).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            StorageError::Format {
+                found: 3,
+                supported: 2,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("newer corecast"), "{error}");
 
     let mut buffer = Buffer::open(tmp.path(), None).unwrap();
+    assert_eq!(buffer.converted_rows(), 6);
     assert_eq!(buffer.end_offset(), 9);
     assert_eq!(buffer.stream_id(), "0e0c3a4e-7b43-4b0e-9f3c-3d6f1f0a1b2c");
     let mark = buffer.publisher_mark("feed-a").unwrap();
@@ -227,5 +247,6 @@ fn a_version_1_buffer_is_converted_when_the_writer_opens_it() {
     drop(buffer);
     // Opening again changes nothing.
     let buffer = Buffer::open(tmp.path(), None).unwrap();
+    assert_eq!(buffer.converted_rows(), 0);
     assert_eq!(buffer.end_offset(), 10);
 }

@@ -289,14 +289,16 @@ pub fn run(args: PubArgs) -> ExitCode {
     let _ = publisher.close();
     let secs = start.elapsed().as_secs_f64();
     if let Some((msg, code)) = tally.failure {
-        // frames pipelined behind the refused one may have landed too: say so, and how to
-        // resume without duplicates
+        // frames pipelined behind the failed one may have landed without an answer: say so,
+        // and how to resume without duplicates
         eprintln!(
-            "corecast pub: {msg} ({rows_acked} rows acknowledged in all, frames already in flight behind it included{})",
+            "corecast pub: {msg}. {rows_acked} row{} acknowledged; rows sent after {} may have landed too without an acknowledgement{}",
+            if rows_acked == 1 { " was" } else { "s were" },
+            if rows_acked == 1 { "it" } else { "them" },
             if args.publisher.is_some() {
-                ""
+                "; rerun the same command with the same --publisher: the server skips rows that already landed"
             } else {
-                "; publish with --publisher ID to resume a file without duplicates"
+                "; to resume a file without duplicates publish with --publisher ID (the server then skips rows that already landed)"
             }
         );
         return ExitCode::from(code);

@@ -13,7 +13,7 @@ pub struct SubArgs {
     /// ws://HOST:PORT/STREAM
     pub url: String,
     /// Start at this offset (inclusive), or `earliest` (same as 0). Default: live, from the next row.
-    #[arg(long, value_parser = parse_offset)]
+    #[arg(long, value_parser = parse_offset, allow_hyphen_values = true)]
     pub offset: Option<Offset>,
     /// Only rows matching this filter: a JSON object of column -> value or [values].
     #[arg(long = "where", value_name = "JSON")]

@@ -429,7 +429,7 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
                 Err(CursorError::Invalid) => return Answer::Respond(err(
                     400,
                     "cursor_invalid",
-                    "this cursor was not issued for this stream, filter and caller, or was altered",
+                    "this cursor was not issued for this stream, filter and caller, or was altered (send the same where= as the request that returned it, from the same address)",
                 )),
                 Err(CursorError::Expired) => {
                     return Answer::Respond(err(

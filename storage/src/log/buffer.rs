@@ -165,6 +165,8 @@ pub struct Buffer {
     /// The last `ts` stamped (or recovered), so stamps never go backwards within a process.
     last_ts_us: i64,
     marks: Marks,
+    /// Rows this open moved out of a format-1 layout (0 when there was nothing to convert).
+    converted_rows: u64,
 }
 
 /// In-memory changes of one commit, applied to the [`Buffer`] only once `COMMIT` returned.
@@ -230,7 +232,7 @@ impl Buffer {
             return Err(sqlite("creating tables and meta")(source));
         }
 
-        super::upgrade::upgrade(&conn, &db_path)?;
+        let converted_rows = super::upgrade::upgrade(&conn, &db_path)?;
         let meta = read_meta(&conn, &db_path)?;
         if let Some(given) = schema_json {
             if meta.schema_json.as_deref() != Some(given) {
@@ -302,6 +304,7 @@ impl Buffer {
             end_offset,
             last_ts_us: last_ts_us.unwrap_or(i64::MIN),
             marks,
+            converted_rows,
         })
     }
 
@@ -314,6 +317,12 @@ impl Buffer {
     /// The database file, `<dir>/buffer.db`.
     pub fn path(&self) -> &Path {
         &self.db_path
+    }
+
+    /// How many rows this open converted from the format-1 layout (one SQLite row per log row)
+    /// into blocks; 0 when the buffer was already current. For the start-up log.
+    pub fn converted_rows(&self) -> u64 {
+        self.converted_rows
     }
 
     /// The stream's id: a UUID (hyphenated, lower case) minted at creation, never changed.
@@ -558,16 +567,10 @@ pub(crate) fn read_meta(conn: &Connection, db_path: &Path) -> Result<Meta, Stora
         _ => return Err(missing("format_version")),
     };
     if version != FORMAT_VERSION {
-        return Err(StorageError::Corrupt {
+        return Err(StorageError::Format {
             path: db_path.to_owned(),
-            detail: format!(
-                "format_version {version}, this build reads {FORMAT_VERSION}{}",
-                if version < FORMAT_VERSION {
-                    " (opening the stream for writing, as `corecast serve` does, converts it)"
-                } else {
-                    " (written by a newer corecast)"
-                }
-            ),
+            found: version,
+            supported: FORMAT_VERSION,
         });
     }
     let stream_id = match values.remove("stream_id") {

@@ -54,6 +54,17 @@ pub enum StorageError {
         /// The schema text the caller passed.
         given: String,
     },
+    /// The buffer is in a layout this build does not read: an older one that only the writer
+    /// converts ([`super::Buffer::open`] does, once), or a newer one.
+    #[error("storage {}: format_version {found}, this build reads {supported} ({})", path.display(), if found < supported { "opening the stream for writing, as `corecast serve` does, converts it" } else { "written by a newer corecast: run that version" })]
+    Format {
+        /// The database file.
+        path: PathBuf,
+        /// The `format_version` stored in `meta`.
+        found: i64,
+        /// The version this build writes and reads.
+        supported: i64,
+    },
     /// The database holds something the buffer never writes (a missing meta key, a negative
     /// offset): it was damaged or written by something else.
     #[error("storage {}: corrupt buffer: {detail}", path.display())]
