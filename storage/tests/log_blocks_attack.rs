@@ -211,3 +211,35 @@ fn rows_sized_at_the_block_target_and_empty_rows_read_back_in_every_window() {
         }
     }
 }
+
+#[test]
+fn offsets_near_2_pow_63_fail_the_commit_instead_of_panicking() {
+    let tmp = tempfile::tempdir().unwrap();
+    drop(filled(tmp.path(), 10));
+    let last = i64::MAX - 1; // room for exactly one more row (offset 2^63 − 2 ... end 2^63 − 1)
+    raw(tmp.path())
+        .execute(
+            "UPDATE meta SET value = ?1 WHERE key = 'end_offset'",
+            [last],
+        )
+        .unwrap();
+    let mut buffer = Buffer::open(tmp.path(), None).unwrap();
+    assert_eq!(buffer.end_offset(), last as u64);
+    let two: Vec<Vec<u8>> = (1..=2).map(row).collect();
+    let failed = buffer.append(&[AppendBatch::plain(&two)]).unwrap_err();
+    assert!(failed.detail.contains("offsets exhausted"), "{failed}");
+    assert_eq!(buffer.end_offset(), last as u64, "nothing moved");
+    // One row still fits, and the writer is usable after the refusal.
+    let outcomes = buffer.append(&[AppendBatch::plain(&two[..1])]).unwrap();
+    assert!(matches!(
+        outcomes[0],
+        BatchOutcome::Appended { first_offset, appended: 1, .. } if first_offset == last as u64
+    ));
+    let stored = buffer
+        .reader()
+        .unwrap()
+        .scan(last as u64, u64::MAX, 10)
+        .unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].payload, row(1));
+}

@@ -10,8 +10,6 @@
 //! cache), so a 10,000-row commit spent ~10 ms in SQLite against a 0.2 ms fsync. Appending a row
 //! to a block is a memcpy; SQLite then does one insert per [`BLOCK_TARGET_BYTES`] of rows
 //! (figures in `docs/PERFORMANCE.md`, "Commit throughput").
-//!
-//! [`BLOCK_TARGET_BYTES`]: BLOCK_TARGET_BYTES
 
 use std::fmt;
 
@@ -172,8 +170,8 @@ impl<'c> BlockWriter<'c> {
 
     /// Adds the row at the next offset; inserts the block first when it is full.
     pub(crate) fn push(&mut self, row: &[u8]) -> rusqlite::Result<()> {
-        if self.block.rows_count() > 0 && self.block.payload_len() + row.len() > BLOCK_TARGET_BYTES
-        {
+        let full = self.block.payload_len() + LEN_BYTES + row.len() > BLOCK_TARGET_BYTES;
+        if self.block.rows_count() > 0 && full {
             self.flush()?;
         }
         self.block

@@ -450,6 +450,17 @@ impl Buffer {
     ) -> rusqlite::Result<Vec<BatchOutcome>> {
         let ts_us = now_us().max(staged.last_ts_us);
         staged.last_ts_us = ts_us;
+        let rows_count: u64 = batches.iter().map(|batch| batch.rows.len() as u64).sum();
+        if staged.end_offset.saturating_add(rows_count) > i64::MAX as u64 {
+            // SQLite integers are signed 64-bit: offsets end at 2^63 − 1
+            return Err(rusqlite::Error::ToSqlConversionFailure(
+                format!(
+                    "offsets exhausted: the end offset {} plus {rows_count} rows passes 2^63 - 1",
+                    staged.end_offset
+                )
+                .into(),
+            ));
+        }
         let mut blocks = BlockWriter::new(&self.conn, staged.end_offset, ts_us)?;
         let mut outcomes = Vec::with_capacity(batches.len());
         for batch in batches {
