@@ -57,6 +57,12 @@ pub struct Args {
     /// Subscriber connections.
     #[arg(long, default_value_t = 0)]
     pub subscribers: usize,
+    /// Pace publishers so that the slowest subscriber is at most this many rows behind what was
+    /// sent (acknowledged offsets plus rows in flight): a closed-loop maximum, the fastest rate
+    /// every subscriber keeps up with. Absent: publish as fast as the windows allow, and a
+    /// subscriber that falls behind the server's `max_backlog` is closed (4429).
+    #[arg(long)]
+    pub max_lag: Option<u64>,
     /// Client threads, each with its own io_uring runtime.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
@@ -297,7 +303,12 @@ async fn thread_body(
                         .unwrap()
                         .saturating_record(greeting_us);
                     shared.opened.fetch_add(1, AcqRel);
-                    let cfg = SubConfig { filtered, sample };
+                    let slot = shared.take_sub_slot(start);
+                    let cfg = SubConfig {
+                        filtered,
+                        sample,
+                        slot,
+                    };
                     let r =
                         subscriber::run(cfg, shared.clone(), st.clone(), o.rd, o.buf, lat).await;
                     shared.subs_done.fetch_add(1, AcqRel);
@@ -460,7 +471,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
     let pid = args.server_pid.map(|p| p.to_string());
     let t_begin = Instant::now();
     let deadline = t_begin + Duration::from_secs_f64(args.max_seconds);
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared::new(args.subscribers));
     shared.pubs_active.store(args.publishers, Release);
     let args = Arc::new(args);
     let target = Arc::new(target);
@@ -485,6 +496,7 @@ fn run(args: Args) -> Result<ExitCode, String> {
             rows,
             duration: args.duration.map(Duration::from_secs_f64),
             drain: Duration::from_secs_f64(args.drain),
+            max_lag: args.max_lag,
         });
     }
     for j in 0..args.subscribers {

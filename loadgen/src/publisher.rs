@@ -34,6 +34,9 @@ pub struct PubPlan {
     pub duration: Option<Duration>,
     /// How long to wait for owed replies once sending stops.
     pub drain: Duration,
+    /// `--max-lag`: hold back while the slowest subscriber is more than this many rows behind
+    /// the rows sent.
+    pub max_lag: Option<u64>,
 }
 
 /// What a publisher did.
@@ -194,6 +197,20 @@ async fn write_frames(
             continue;
         }
         let mut n = room as u64;
+        if let Some(max_lag) = plan.max_lag {
+            let slowest = shared.slowest_subscriber();
+            let sent_end =
+                shared.final_end.load(Acquire) + (st.in_flight.get() * plan.batch) as u64;
+            if slowest != u64::MAX {
+                // frames that keep the slowest subscriber within max_lag rows (at least one)
+                let lag = sent_end.saturating_sub(slowest);
+                if lag >= max_lag {
+                    rt::sleep(Duration::from_micros(200)).await;
+                    continue;
+                }
+                n = n.min(((max_lag - lag) / plan.batch as u64).max(1));
+            }
+        }
         if let Some(t) = total_frames {
             n = n.min(t - sent_frames);
         }

@@ -33,7 +33,6 @@ pub fn now_us() -> i64 {
         .unwrap_or(0)
 }
 
-#[derive(Default)]
 pub struct Shared {
     /// Set once every connection is open: the measured phase starts.
     pub go: OnceLock<Epoch>,
@@ -52,9 +51,48 @@ pub struct Shared {
     pub rows_acked: AtomicU64,
     pub delivered: AtomicU64,
     pub subs_done: AtomicUsize,
+    /// Each open subscriber's next expected offset, by slot (`u64::MAX`: no subscriber there,
+    /// or it finished); read by publishers paced with `--max-lag`.
+    pub sub_next: Vec<AtomicU64>,
+    /// Slots of `sub_next` handed out so far.
+    pub sub_slots: AtomicUsize,
 }
 
 impl Shared {
+    /// State for a run with `subscribers` subscriber connections.
+    pub fn new(subscribers: usize) -> Shared {
+        Shared {
+            go: OnceLock::new(),
+            opened: AtomicUsize::new(0),
+            open_failed: AtomicUsize::new(0),
+            pubs_active: AtomicUsize::new(0),
+            final_end: AtomicU64::new(0),
+            stop_sending: AtomicBool::new(false),
+            abort: AtomicBool::new(false),
+            rows_acked: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            subs_done: AtomicUsize::new(0),
+            sub_next: (0..subscribers).map(|_| AtomicU64::new(u64::MAX)).collect(),
+            sub_slots: AtomicUsize::new(0),
+        }
+    }
+
+    /// A slot in `sub_next` for a subscriber that starts at `next`.
+    pub fn take_sub_slot(&self, next: u64) -> usize {
+        let slot = self.sub_slots.fetch_add(1, AcqRel);
+        self.sub_next[slot].store(next, Relaxed);
+        slot
+    }
+
+    /// The slowest open subscriber's next expected offset (`u64::MAX` when none is open).
+    pub fn slowest_subscriber(&self) -> u64 {
+        self.sub_next
+            .iter()
+            .map(|n| n.load(Relaxed))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
     pub fn started(&self) -> Option<Epoch> {
         self.go.get().copied()
     }

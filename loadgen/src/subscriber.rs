@@ -44,6 +44,8 @@ pub struct SubConfig {
     pub filtered: bool,
     /// Record the latency of one row in `sample` (by offset).
     pub sample: u64,
+    /// This subscriber's slot in [`Shared::sub_next`].
+    pub slot: usize,
 }
 
 #[inline]
@@ -134,6 +136,7 @@ pub async fn run(
         if r.frames != frames_before {
             r.last_frame_at = Some(now);
             st.next.set(next);
+            shared.sub_next[cfg.slot].store(next, Relaxed);
             if st.replay_done_at.get().is_none() && next >= replay_end {
                 st.replay_done_at.set(Some(now));
             }
@@ -164,6 +167,8 @@ pub async fn run(
         }
     }
     st.next.set(next);
+    // a finished subscriber no longer paces anyone
+    shared.sub_next[cfg.slot].store(u64::MAX, Relaxed);
     shared
         .delivered
         .fetch_add(r.frames - delivered_reported, Relaxed);
