@@ -15,7 +15,7 @@ pub struct SubArgs {
     /// Start at this offset (inclusive), or `earliest` (same as 0). Default: live, from the next row.
     #[arg(long, value_parser = parse_offset, allow_hyphen_values = true)]
     pub offset: Option<Offset>,
-    /// Only rows matching this filter: a JSON object of column -> value or [values].
+    /// Only rows matching this filter: a JSON object of column -> value or list of values.
     #[arg(long = "where", value_name = "JSON")]
     pub where_json: Option<String>,
     /// Resume from (and save the position to) this cursor file: without --offset the

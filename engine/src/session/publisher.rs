@@ -1,6 +1,6 @@
 //! A publisher connection: frames in, one reply per frame out, in frame order.
 //!
-//! Runs on the shard that accepted the connection, as two tasks sharing [`PubState`]:
+//! Runs on the shard that accepted the connection, as two tasks sharing `PubState`:
 //! - the **reader** decodes each message, parses it (`corecast_storage::json`), validates and
 //!   encodes every row on this core (`RowCodec::encode_row`), and hands an [`Append`] to the
 //!   stream's writer thread — or queues the refusal (`bad_frame`, `rejected`) in the same order.

@@ -4,7 +4,7 @@
 //! attaches to the shard's hub, reads below the ring through the reader pool and slices shared
 //! batches above it, one vectored write per wake-up. The bytes differ: each row is the event
 //! `id: <offset>` / `data: [offset,ts,row]` / blank line, rendered once per committed batch
-//! ([`FrameBatch::sse`]) by the first SSE reader that reaches it and shared by every other one;
+//! ([`FrameBatch::sse`](crate::fanout::batch::FrameBatch::sse)) by the first SSE reader that reaches it and shared by every other one;
 //! streams nobody reads over SSE never render it.
 //!
 //! Where a stream starts: after a valid `Last-Event-ID` (header, or the `lastEventId` query
