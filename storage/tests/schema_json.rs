@@ -139,6 +139,24 @@ fn nesting_is_limited_before_the_parser_recurses() {
     // Many brackets, little depth.
     let wide = format!("[{}[]]", "[],".repeat(500));
     assert!(parse(wide.as_bytes()).is_ok());
+    // Closing brackets inside strings do not hide depth; an escaped backslash before a quote
+    // ends the string (the quote is not escaped), so the brackets after it count.
+    let hidden = format!(
+        "{}\"]]]]\\\\\"{}{}",
+        "[".repeat(MAX_DEPTH),
+        ",[1]",
+        "]".repeat(MAX_DEPTH)
+    );
+    assert!(
+        matches!(err(hidden.as_bytes()), JsonError::TooDeep { .. }),
+        "{hidden}"
+    );
+    // A batch of 100 flat rows (more than MAX_DEPTH openers) is fine.
+    let batch = format!(
+        "[{}]",
+        vec![r#"{"a":"[{","b":[1,{"c":"}"}]}"#; 100].join(",")
+    );
+    assert!(parse(batch.as_bytes()).is_ok());
 }
 
 #[test]
