@@ -1,54 +1,41 @@
 //! UTF-8 "fail fast" (RFC 6455 §8.1, Autobahn 6.4.x): a text message is rejected (1007) as
 //! soon as the bytes received so far cannot be UTF-8, even mid-frame, through the receive path
-//! a server uses: `partial::FrameDecoder` over a buffer that fills read by read, feeding
-//! `MessageAssembler::check_partial` with incomplete frames and `push` with whole ones.
+//! a server uses: `receiver::Receiver`, whose `partial::FrameDecoder` runs over a buffer that
+//! fills read by read, feeding `MessageAssembler::check_partial` with incomplete frames and
+//! `push` with whole ones.
 
 use corecast_net::ws::frame::{encode_frame, header_len, FrameLimits, OpCode, MASK_BYTES};
-use corecast_net::ws::message::{Event, MessageAssembler, ProtocolViolation};
-use corecast_net::ws::partial::{FrameDecoder, Progress};
+use corecast_net::ws::message::ProtocolViolation;
+use corecast_net::ws::receiver::{ReceiveError, Received, Receiver};
 
 const KEY: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
 
-/// A server's receive side: the buffer, the decoder, the assembler, the messages so far.
-struct Receiver {
-    buf: Vec<u8>,
-    frames: FrameDecoder,
-    asm: MessageAssembler,
+/// A server's receive side (`ws::receiver::Receiver`) and the messages it gave so far.
+struct Server {
+    rx: Receiver,
     messages: Vec<(bool, Vec<u8>)>,
 }
 
-impl Receiver {
-    fn new() -> Receiver {
-        Receiver {
-            buf: Vec::new(),
-            frames: FrameDecoder::new(FrameLimits::server()),
-            asm: MessageAssembler::default(),
+impl Server {
+    fn new() -> Server {
+        Server {
+            rx: Receiver::new(FrameLimits::server(), Vec::new()),
             messages: Vec::new(),
         }
     }
 
-    /// One read's worth of bytes: decodes every whole frame, then shows the assembler the
-    /// frame still arriving, as `engine/src/session/ws_io.rs` does.
+    /// One read's worth of bytes: every event the receiver gives before it asks for another
+    /// read, as `engine/src/session/ws_io.rs` drives it.
     fn read(&mut self, bytes: &[u8]) -> Result<(), ProtocolViolation> {
-        self.buf.extend_from_slice(bytes);
+        self.rx.extend(bytes);
         loop {
-            match self.frames.decode(&mut self.buf).expect("valid frame") {
-                Progress::Frame {
-                    header,
-                    payload,
-                    consumed,
-                } => {
-                    if let Some(Event::Message { binary, payload }) =
-                        self.asm.push(&header, &self.buf[payload])?
-                    {
-                        self.messages.push((binary, payload.into_owned()));
-                    }
-                    self.buf.drain(..consumed);
-                }
-                Progress::Partial { header, received } => {
-                    return self.asm.check_partial(&header, &self.buf[received]);
-                }
-                Progress::NeedMore(_) => return Ok(()),
+            match self.rx.next_event() {
+                Ok(None) => return Ok(()),
+                Ok(Some(Received::Message { binary, data })) => self.messages.push((binary, data)),
+                Ok(Some(Received::Ping(_) | Received::Pong)) => {}
+                Ok(Some(close)) => panic!("no close is sent, got {close:?}"),
+                Err(ReceiveError::Message(v)) => return Err(v),
+                Err(ReceiveError::Frame(e)) => panic!("valid frames are sent, got {e}"),
             }
         }
     }
@@ -68,7 +55,7 @@ fn head(len: usize) -> usize {
 
 /// Feeds `wire` one byte per read; how many bytes had been fed when it failed, and how.
 fn first_failure(wire: &[u8]) -> Option<(usize, ProtocolViolation)> {
-    let mut r = Receiver::new();
+    let mut r = Server::new();
     for (i, b) in wire.iter().enumerate() {
         if let Err(v) = r.read(std::slice::from_ref(b)) {
             return Some((i + 1, v));
@@ -83,13 +70,14 @@ fn invalid_byte_in_the_first_chunk_of_a_frame_fails_before_the_rest_arrives() {
     let part1: &[u8] = b"\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5";
     let payload = [part1, b"\xf4\x90\x80\x80", b"edited"].concat();
     let wire = frame(true, OpCode::Text, &payload);
-    let mut r = Receiver::new();
+    let mut r = Server::new();
     let first = head(payload.len()) + part1.len();
     assert_eq!(r.read(&wire[..first]), Ok(()), "the first chop is valid");
     let err = r.read(&wire[first..first + 4]).unwrap_err();
     assert_eq!(err, ProtocolViolation::InvalidUtf8 { at: 11 });
     assert_eq!(err.close_code().0, 1007);
-    assert!(r.asm.is_closed());
+    // It stays failed: the rest of the frame changes nothing.
+    assert_eq!(r.read(&wire[first + 4..]), Err(err));
 
     // The very first payload bytes of a frame, the rest never sent.
     let wire = frame(
@@ -97,7 +85,7 @@ fn invalid_byte_in_the_first_chunk_of_a_frame_fails_before_the_rest_arrives() {
         OpCode::Text,
         &[b"\xff" as &[u8], &[b'a'; 500]].concat(),
     );
-    let mut r = Receiver::new();
+    let mut r = Server::new();
     let err = r.read(&wire[..head(501) + 1]).unwrap_err();
     assert_eq!(err, ProtocolViolation::InvalidUtf8 { at: 0 });
 
@@ -105,7 +93,7 @@ fn invalid_byte_in_the_first_chunk_of_a_frame_fails_before_the_rest_arrives() {
     let part1: &[u8] = b"\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5\xf4";
     let payload = [part1, b"\x90"].concat();
     let wire = frame(true, OpCode::Text, &payload);
-    let mut r = Receiver::new();
+    let mut r = Server::new();
     let first = head(payload.len()) + part1.len();
     assert_eq!(r.read(&wire[..first]), Ok(()));
     assert_eq!(
@@ -129,7 +117,7 @@ fn code_points_split_across_reads_and_continuation_frames_are_accepted() {
         .concat();
         // Delivered in reads of every size.
         for step in [1, 2, 3, 5, 7, 11, wire.len()] {
-            let mut r = Receiver::new();
+            let mut r = Server::new();
             for piece in wire.chunks(step) {
                 r.read(piece)
                     .unwrap_or_else(|v| panic!("cut {cut} step {step}: {v}"));
@@ -143,7 +131,7 @@ fn code_points_split_across_reads_and_continuation_frames_are_accepted() {
                 ],
                 "cut {cut} step {step}"
             );
-            assert!(r.asm.is_idle());
+            assert!(r.rx.is_idle());
         }
     }
 }
@@ -233,7 +221,7 @@ fn misplaced_frames_fail_from_their_first_bytes() {
         Some((head(50), ProtocolViolation::ContinuationWithoutMessage))
     );
     // Binary payloads are never checked as UTF-8, whole or in part.
-    let mut r = Receiver::new();
+    let mut r = Server::new();
     let wire = frame(true, OpCode::Binary, b"\xff\xc0\xed\xa0\x80");
     for b in &wire {
         r.read(std::slice::from_ref(b)).unwrap();

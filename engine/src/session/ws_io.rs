@@ -1,8 +1,9 @@
 //! Reading a WebSocket connection: bytes from the socket → frames → messages and control events.
 //!
-//! Wraps the read half of a connection with the codec of `corecast_net::ws` (frame decode with the
-//! server's limits, then the message assembler). Runs on the connection's shard, in the
-//! connection's reader task. Events are returned owned so the caller may await between them.
+//! Wraps the read half of a connection with `corecast_net::ws::receiver::Receiver` (frame
+//! decode with the server's limits, then the message assembler). Runs on the connection's
+//! shard, in the connection's reader task. Events are returned owned so the caller may await
+//! between them.
 //!
 //! A frame still arriving is shown to the assembler read by read (`check_partial`), so a text
 //! message whose bytes cannot be UTF-8 ends the connection (1007) as soon as they arrive, not
@@ -10,8 +11,7 @@
 
 use corecast_net::rt::ReadHalf;
 use corecast_net::ws::frame::{FrameLimits, Role};
-use corecast_net::ws::message::{Event, MessageAssembler};
-use corecast_net::ws::partial::{FrameDecoder, Progress};
+use corecast_net::ws::receiver::{Received, Receiver};
 
 /// Bytes asked of the socket per read at least.
 const READ_ROOM: usize = 16 * 1024;
@@ -47,25 +47,20 @@ pub enum WsIn {
 /// The reading side of a WebSocket connection.
 pub struct WsReader {
     rd: ReadHalf,
-    buf: Vec<u8>,
-    start: usize,
-    asm: MessageAssembler,
-    frames: FrameDecoder,
+    rx: Receiver,
 }
 
 impl WsReader {
     /// Reads from `rd`, starting with `leftover` (bytes read past the HTTP head). Messages over
     /// `max_message_bytes` end the connection with 1009.
     pub fn new(rd: ReadHalf, leftover: Vec<u8>, max_message_bytes: usize) -> WsReader {
+        let limits = FrameLimits {
+            role: Role::Server,
+            max_message_bytes: max_message_bytes as u64,
+        };
         WsReader {
             rd,
-            buf: leftover,
-            start: 0,
-            asm: MessageAssembler::new(max_message_bytes as u64),
-            frames: FrameDecoder::new(FrameLimits {
-                role: Role::Server,
-                max_message_bytes: max_message_bytes as u64,
-            }),
+            rx: Receiver::new(limits, leftover),
         }
     }
 
@@ -74,14 +69,11 @@ impl WsReader {
     /// reset, which destroys the replies and the close frame the peer has not read yet).
     /// Returns when the peer's side is closed or the socket failed.
     pub async fn drain_until_eof(&mut self) {
-        self.buf.clear();
-        self.start = 0;
-        self.frames.reset();
         loop {
-            let buf = std::mem::take(&mut self.buf);
-            let (res, mut buf) = self.rd.read_into(buf, READ_ROOM).await;
-            buf.clear();
-            self.buf = buf;
+            self.rx.discard();
+            let buf = self.rx.take_buffer();
+            let (res, buf) = self.rd.read_into(buf, READ_ROOM).await;
+            self.rx.put_buffer(buf);
             match res {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
@@ -93,61 +85,23 @@ impl WsReader {
     /// should be asked.
     pub async fn next(&mut self) -> WsIn {
         loop {
-            if self.start < self.buf.len() {
-                let WsReader {
-                    buf,
-                    start,
-                    asm,
-                    frames,
-                    ..
-                } = self;
-                match frames.decode(&mut buf[*start..]) {
-                    Ok(Progress::Frame {
-                        header,
-                        payload,
-                        consumed,
-                    }) => {
-                        let base = *start;
-                        *start += consumed;
-                        let p = &buf[base + payload.start..base + payload.end];
-                        match asm.push(&header, p) {
-                            Ok(None) => continue,
-                            Ok(Some(Event::Message { binary, payload })) => {
-                                return WsIn::Message {
-                                    binary,
-                                    data: payload.into_owned(),
-                                }
-                            }
-                            Ok(Some(Event::Ping(p))) => return WsIn::Ping(p.to_vec()),
-                            Ok(Some(Event::Pong)) => continue,
-                            Ok(Some(Event::Close { code, .. })) => {
-                                return WsIn::Close {
-                                    code: code.map(|c| c.0),
-                                }
-                            }
-                            Err(v) => {
-                                return violation(v.close_code().0, v.to_string());
-                            }
-                        }
-                    }
-                    Ok(Progress::Partial { header, received }) => {
-                        let base = *start;
-                        let p = &buf[base + received.start..base + received.end];
-                        if let Err(v) = asm.check_partial(&header, p) {
-                            return violation(v.close_code().0, v.to_string());
-                        }
-                    }
-                    Ok(Progress::NeedMore(_)) => {}
-                    Err(e) => return violation(e.close_code().0, e.to_string()),
+            match self.rx.next_event() {
+                Ok(Some(Received::Message { binary, data })) => {
+                    return WsIn::Message { binary, data }
                 }
+                Ok(Some(Received::Ping(p))) => return WsIn::Ping(p),
+                Ok(Some(Received::Pong)) => continue,
+                Ok(Some(Received::Close { code, .. })) => {
+                    return WsIn::Close {
+                        code: code.map(|c| c.0),
+                    }
+                }
+                Err(e) => return violation(e.close_code().0, e.to_string()),
+                Ok(None) => {}
             }
-            if self.start > 0 {
-                self.buf.drain(..self.start);
-                self.start = 0;
-            }
-            let buf = std::mem::take(&mut self.buf);
+            let buf = self.rx.take_buffer();
             let (res, buf) = self.rd.read_into(buf, READ_ROOM).await;
-            self.buf = buf;
+            self.rx.put_buffer(buf);
             match res {
                 Ok(0) | Err(_) => return WsIn::Gone,
                 Ok(_) => {}

@@ -8,11 +8,9 @@ use sonic_rs::{JsonContainerTrait, JsonValueTrait, Value};
 use super::{ClientError, Greeting, PublisherMark};
 use crate::rt::{Conn, ReadHalf, WriteHalf};
 use crate::ws::close::CloseCode;
-use crate::ws::frame::{
-    decode, encode_close, encode_frame, encode_pong, Decoded, FrameLimits, OpCode,
-};
+use crate::ws::frame::{encode_close, encode_frame, encode_pong, FrameLimits, OpCode};
 use crate::ws::handshake::{check_response, client_key, client_request, ClientHandshakeError};
-use crate::ws::message::{Event, MessageAssembler};
+use crate::ws::receiver::{ReceiveError, Received, Receiver};
 
 /// Bytes to leave free before each read.
 const READ_ROOM: usize = 64 * 1024;
@@ -65,12 +63,9 @@ pub(crate) enum Incoming {
 pub(crate) struct WsConn {
     r: ReadHalf,
     w: WriteHalf,
-    buf: Vec<u8>,
-    start: usize,
-    asm: MessageAssembler,
+    rx: Receiver,
     rng: XorShift,
     out: Vec<u8>,
-    limits: FrameLimits,
     closed: bool,
 }
 
@@ -87,34 +82,32 @@ impl WsConn {
                 addr: host.to_string(),
                 msg: e.to_string(),
             })?;
-        let (r, w) = conn.split();
+        let (mut r, mut w) = conn.split();
         let mut rng = XorShift::seeded();
         let mut nonce = [0u8; 16];
         nonce[..8].copy_from_slice(&rng.next_u64().to_le_bytes());
         nonce[8..].copy_from_slice(&rng.next_u64().to_le_bytes());
         let key = client_key(nonce);
-        let mut ws = WsConn {
-            r,
-            w,
-            buf: Vec::with_capacity(READ_ROOM),
-            start: 0,
-            asm: MessageAssembler::new(crate::ws::frame::MESSAGE_BYTES_MAX_DEFAULT * 16),
-            rng,
-            out: Vec::new(),
-            limits: FrameLimits {
-                max_message_bytes: crate::ws::frame::MESSAGE_BYTES_MAX_DEFAULT * 16,
-                ..FrameLimits::client()
-            },
-            closed: false,
-        };
         let req = client_request(host, path, &key);
-        let (res, _) = ws.w.write_all(req).await;
+        let (res, _) = w.write_all(req).await;
         res.map_err(ClientError::io)?;
+        let mut buf = Vec::with_capacity(READ_ROOM);
         loop {
-            match check_response(&ws.buf, &key) {
+            match check_response(&buf, &key) {
                 Ok(Some(consumed)) => {
-                    ws.start = consumed;
-                    return Ok(ws);
+                    buf.drain(..consumed);
+                    let limits = FrameLimits {
+                        max_message_bytes: crate::ws::frame::MESSAGE_BYTES_MAX_DEFAULT * 16,
+                        ..FrameLimits::client()
+                    };
+                    return Ok(WsConn {
+                        r,
+                        w,
+                        rx: Receiver::new(limits, buf),
+                        rng,
+                        out: Vec::new(),
+                        closed: false,
+                    });
                 }
                 Ok(None) => {}
                 Err(ClientHandshakeError::Refused {
@@ -123,13 +116,15 @@ impl WsConn {
                     content_length,
                 }) => {
                     let want = head_bytes + (content_length.min(4096) as usize);
-                    while ws.buf.len() < want {
-                        if ws.fill().await.unwrap_or(0) == 0 {
+                    while buf.len() < want {
+                        let (n, b) = fill(&mut r, buf).await;
+                        buf = b;
+                        if n.unwrap_or(0) == 0 {
                             break;
                         }
                     }
-                    let end = ws.buf.len().min(want);
-                    let body = String::from_utf8_lossy(&ws.buf[head_bytes.min(end)..end])
+                    let end = buf.len().min(want);
+                    let body = String::from_utf8_lossy(&buf[head_bytes.min(end)..end])
                         .replace(['\r', '\n'], " ")
                         .trim()
                         .to_string();
@@ -137,7 +132,9 @@ impl WsConn {
                 }
                 Err(e) => return Err(ClientError::Protocol(format!("upgrade failed: {e}"))),
             }
-            if ws.fill().await? == 0 {
+            let (n, b) = fill(&mut r, buf).await;
+            buf = b;
+            if n? == 0 {
                 return Err(ClientError::ConnectionLost(
                     "the server closed the connection during the upgrade".into(),
                 ));
@@ -145,71 +142,48 @@ impl WsConn {
         }
     }
 
-    /// Reads more bytes; 0 at end of stream.
-    async fn fill(&mut self) -> Result<usize, ClientError> {
-        if self.start > 0 && (self.start == self.buf.len() || self.start > self.buf.capacity() / 2)
-        {
-            self.buf.drain(..self.start);
-            self.start = 0;
-        }
-        let buf = std::mem::take(&mut self.buf);
-        let (res, buf) = self.r.read_into(buf, READ_ROOM).await;
-        self.buf = buf;
-        res.map_err(ClientError::io)
-    }
-
     /// Whether a complete frame may already be buffered (no read needed for the next message).
     pub(crate) fn has_buffered(&self) -> bool {
-        self.buf.len() > self.start
+        self.rx.buffered() > 0
     }
 
     /// The next message or close. Answers pings on the way.
     pub(crate) async fn recv(&mut self) -> Result<Incoming, ClientError> {
         loop {
-            let decoded = decode(&mut self.buf[self.start..], &self.limits)
-                .map_err(|e| ClientError::Protocol(format!("bad frame from the server: {e}")))?;
-            match decoded {
-                Decoded::NeedMore(_) => {
-                    if self.fill().await? == 0 {
+            let event = self.rx.next_event().map_err(|e| match e {
+                ReceiveError::Frame(e) => {
+                    ClientError::Protocol(format!("bad frame from the server: {e}"))
+                }
+                ReceiveError::Message(e) => {
+                    ClientError::Protocol(format!("bad message from the server: {e}"))
+                }
+            })?;
+            match event {
+                None => {
+                    let (n, buf) = fill(&mut self.r, self.rx.take_buffer()).await;
+                    self.rx.put_buffer(buf);
+                    if n? == 0 {
                         return Err(ClientError::ConnectionLost(
                             "the server went away without a close frame".into(),
                         ));
                     }
                 }
-                Decoded::Frame {
-                    header,
-                    payload,
-                    consumed,
-                } => {
-                    let base = self.start;
-                    self.start += consumed;
-                    let bytes = &self.buf[base + payload.start..base + payload.end];
-                    let event = self.asm.push(&header, bytes).map_err(|e| {
-                        ClientError::Protocol(format!("bad message from the server: {e}"))
-                    })?;
-                    match event {
-                        None | Some(Event::Pong) => {}
-                        Some(Event::Message { payload, .. }) => {
-                            return Ok(Incoming::Message(payload.into_owned()))
-                        }
-                        Some(Event::Ping(p)) => {
-                            let p = p.to_vec();
-                            let mask = self.rng.mask();
-                            let mut out = std::mem::take(&mut self.out);
-                            out.clear();
-                            encode_pong(&p, Some(mask), &mut out);
-                            let (res, out) = self.w.write_all(out).await;
-                            self.out = out;
-                            res.map_err(ClientError::io)?;
-                        }
-                        Some(Event::Close { code, reason }) => {
-                            let code = code.map(|c| c.0);
-                            let reason = reason.to_string();
-                            // echo the close (best effort) and stop
-                            self.send_close(code.unwrap_or(1000)).await;
-                            return Ok(Incoming::Close(code, reason));
-                        }
-                    }
+                Some(Received::Pong) => {}
+                Some(Received::Message { data, .. }) => return Ok(Incoming::Message(data)),
+                Some(Received::Ping(p)) => {
+                    let mask = self.rng.mask();
+                    let mut out = std::mem::take(&mut self.out);
+                    out.clear();
+                    encode_pong(&p, Some(mask), &mut out);
+                    let (res, out) = self.w.write_all(out).await;
+                    self.out = out;
+                    res.map_err(ClientError::io)?;
+                }
+                Some(Received::Close { code, reason }) => {
+                    let code = code.map(|c| c.0);
+                    // echo the close (best effort) and stop
+                    self.send_close(code.unwrap_or(1000)).await;
+                    return Ok(Incoming::Close(code, reason));
                 }
             }
         }
@@ -264,6 +238,12 @@ impl WsConn {
             Incoming::Message(bytes) => Greeting::parse(bytes),
         }
     }
+}
+
+/// Reads more bytes after `buf`'s contents; `Ok(0)` at end of stream.
+async fn fill(r: &mut ReadHalf, buf: Vec<u8>) -> (Result<usize, ClientError>, Vec<u8>) {
+    let (res, buf) = r.read_into(buf, READ_ROOM).await;
+    (res.map_err(ClientError::io), buf)
 }
 
 impl Greeting {

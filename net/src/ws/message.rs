@@ -186,27 +186,39 @@ impl MessageAssembler {
     /// a text message's frame, the bytes not checked yet are validated as UTF-8 at once, so an
     /// invalid sequence fails (1007) without waiting for the rest of the frame; a frame that
     /// may not come now (a continuation with no message open, a data frame inside a fragmented
-    /// message, anything after a close) fails as [`MessageAssembler::push`] would fail it.
-    /// Binary and control frames are left for `push`. After an error the assembler is closed.
+    /// message, anything after a close) or whose length takes its message over the limit
+    /// fails as [`MessageAssembler::push`] would fail it, in the order `push` checks (size
+    /// before UTF-8), so the error is the same however the frame is split. Binary payloads
+    /// and control frames are left for `push`. After an error the assembler is closed.
     pub fn check_partial(
         &mut self,
         header: &FrameHeader,
         received: &[u8],
     ) -> Result<(), ProtocolViolation> {
         debug_assert!(received.len() as u64 <= header.len);
+        // Whether the frame is text, and the bytes of message before it.
         let text = match (&self.state, header.opcode) {
             (_, OpCode::Ping | OpCode::Pong | OpCode::Close) => return Ok(()),
             (State::Closed, opcode) => Err(ProtocolViolation::FrameAfterClose { opcode }),
-            (State::ExpectMessage, OpCode::Text) => Ok(true),
-            (State::ExpectMessage, OpCode::Binary) => Ok(false),
+            (State::ExpectMessage, OpCode::Text) => Ok((true, 0)),
+            (State::ExpectMessage, OpCode::Binary) => Ok((false, 0)),
             (State::ExpectMessage, OpCode::Continuation) => {
                 Err(ProtocolViolation::ContinuationWithoutMessage)
             }
-            (State::ExpectContinuation { binary, .. }, OpCode::Continuation) => Ok(!binary),
+            (State::ExpectContinuation { binary, payload }, OpCode::Continuation) => {
+                Ok((!binary, payload.len()))
+            }
             (State::ExpectContinuation { .. }, opcode) => {
                 Err(ProtocolViolation::MessageAlreadyOpen { opcode })
             }
         };
+        // The size before the UTF-8, as `push` checks them: the frame's whole length is known
+        // from its header, so a message it takes over the limit fails now (1009) whichever
+        // of its bytes have arrived.
+        let text = text.and_then(|(text, before)| {
+            self.check_size((before as u64).saturating_add(header.len))?;
+            Ok(text)
+        });
         let result = match text {
             Ok(true) => {
                 let fresh = &received[self.frame_checked.min(received.len())..];
@@ -260,7 +272,7 @@ impl MessageAssembler {
         fin: bool,
         payload: &'a [u8],
     ) -> (State, Result<Option<Event<'a>>, ProtocolViolation>) {
-        if let Err(e) = self.check_size(payload.len()) {
+        if let Err(e) = self.check_size(payload.len() as u64) {
             return (State::Closed, Err(e));
         }
         if fin {
@@ -285,7 +297,7 @@ impl MessageAssembler {
         fin: bool,
         payload: &'a [u8],
     ) -> (State, Result<Option<Event<'a>>, ProtocolViolation>) {
-        if let Err(e) = self.check_size(buffered.len() + payload.len()) {
+        if let Err(e) = self.check_size((buffered.len() + payload.len()) as u64) {
             return (State::Closed, Err(e));
         }
         if !binary {
@@ -324,8 +336,7 @@ impl MessageAssembler {
         result.map_err(invalid_utf8)
     }
 
-    fn check_size(&self, bytes: usize) -> Result<(), ProtocolViolation> {
-        let bytes = bytes as u64;
+    fn check_size(&self, bytes: u64) -> Result<(), ProtocolViolation> {
         if bytes > self.max_message_bytes {
             return Err(ProtocolViolation::MessageTooBig {
                 bytes,

@@ -10,6 +10,8 @@
 //!   pings and closes (§5.4-§5.5, §8.1).
 //! - [`utf8`]: [`utf8::Utf8Stream`], UTF-8 validation of bytes that arrive in pieces, so a
 //!   text message fails as soon as its bytes cannot be UTF-8.
+//! - [`receiver`]: [`receiver::Receiver`], the receiving side of a connection (buffer,
+//!   decoder, assembler): bytes as read → messages, pings, pongs, the close, or the error.
 //! - [`close`]: close codes (§7.4) and close frame payloads.
 //!
 //! The connection itself (upgrade → open → closing → closed) and its sockets live in
@@ -20,4 +22,5 @@ pub mod frame;
 pub mod handshake;
 pub mod message;
 pub mod partial;
+pub mod receiver;
 pub mod utf8;
