@@ -423,6 +423,20 @@ impl Raw {
             }
         }
     }
+
+    /// After the server's close: it lets go of the socket within `within` although this peer
+    /// never closes — a ping written after that is refused (the peer's reset, or a broken pipe).
+    fn expect_released(&mut self, within: Duration) {
+        let t0 = Instant::now();
+        let ping = [0x89, 0x80, 0, 0, 0, 0];
+        while self.s.write_all(&ping).is_ok() {
+            assert!(
+                t0.elapsed() < within,
+                "the server still holds the socket {within:?} after its close"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
 
 /// A masked (zero key) client text frame.
@@ -1408,6 +1422,13 @@ fn exactly_once_dup_gap_rejected_and_superseded() {
         next_close(&mut b),
         (4409, r#"{"error":"superseded"}"#.to_string())
     );
+    // a superseded connection that never answers the close is let go after the linger
+    let mut raw = Raw::connect(srv.addr, "/orders?publish&publisher=p2");
+    assert!(raw.text().contains(r#""publisher":{"id":"p2""#));
+    let (_d, _) = open(&srv, "orders?publish&publisher=p2");
+    let (_, close) = raw.until_close();
+    assert_eq!(close, (4409, r#"{"error":"superseded"}"#.to_string()));
+    raw.expect_released(Duration::from_secs(10));
     // the log holds each seq exactly once, in order
     let codec = trade_codec();
     let (mut s, _) = open(&srv, "orders?offset=0");
@@ -1580,6 +1601,8 @@ fn stalled_subscriber_gets_a_contiguous_prefix_then_4429_while_a_fast_one_gets_e
         assert_eq!(o, Some(k as u64 + 1), "contiguous");
         assert_eq!(r, row(k + 1));
     }
+    // it never answers the close; the server drops the socket after its 2 s linger anyway
+    slow.expect_released(Duration::from_secs(10));
     // the fast one is still served
     assert_eq!(
         call(&mut p, &row(ROWS + 1)),

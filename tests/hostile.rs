@@ -781,3 +781,53 @@ fn bad_close_frames_and_lengths_are_refused() {
         None,
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Control frames without end.
+
+/// A peer that pings without reading costs the server one pong, not a queue: only the most
+/// recent ping is answered (RFC 6455 §5.5.3), on a subscriber and on a publisher connection.
+/// With a pong queued per ping, every one of the 300,000 pings would come back (38 MB held).
+#[test]
+fn a_ping_flood_that_never_reads_is_answered_with_the_latest_pong_only() {
+    const PINGS: u64 = 300_000;
+    let (mut srv, mut w, _s) = start();
+    for path in ["trades", "live?publish"] {
+        let mut raw = Raw::upgrade(&srv, path);
+        let mut writer = raw.s.try_clone().expect("clone");
+        let sender = thread::spawn(move || {
+            let mut chunk = Vec::with_capacity(1 << 16);
+            for i in 0..PINGS {
+                chunk.extend_from_slice(&frame(0x89, &i.to_be_bytes(), Some(MASK)));
+                if chunk.len() >= (1 << 16) - 16 || i == PINGS - 1 {
+                    writer
+                        .write_all(&chunk)
+                        .expect("the server keeps reading pings");
+                    chunk.clear();
+                }
+            }
+        });
+        sender.join().expect("sender");
+        // now read what came back, up to the pong for the last ping
+        let mut pongs = 0u64;
+        let mut last = None;
+        while last != Some(PINGS - 1) {
+            let f = raw.frame();
+            assert_eq!(f.opcode, 0xA, "{path}: only pongs were owed, got {f:?}");
+            assert_eq!(f.payload.len(), 8, "{path}: a pong echoes its ping");
+            let n = u64::from_be_bytes(f.payload.try_into().unwrap());
+            assert!(last.is_none_or(|l| n > l), "{path}: pongs in ping order");
+            last = Some(n);
+            pongs += 1;
+        }
+        assert!(
+            pongs < PINGS / 2,
+            "{path}: {pongs} pongs for {PINGS} pings that were not read meanwhile"
+        );
+        // and the connection still works: a ping now is answered at once
+        raw.send(&frame(0x89, b"again", Some(MASK)));
+        let f = raw.frame();
+        assert_eq!((f.opcode, f.payload.as_slice()), (0xA, &b"again"[..]));
+        still_fine(&mut srv, &mut w);
+    }
+}

@@ -139,7 +139,7 @@ pub fn render(shared: &Shared) -> String {
         &mut o,
         "corecast_bytes_out_total",
         "counter",
-        "Bytes written to subscribers.",
+        "Bytes written to WebSocket and SSE subscribers, pongs and pings included.",
         &|i| ld(&streams[i].stats.bytes_out),
     );
     family(

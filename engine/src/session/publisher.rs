@@ -22,19 +22,16 @@ use corecast_net::protocol::reply::{Offsets, Reply};
 use corecast_net::protocol::ServerMessage;
 use corecast_net::rt::{self, WriteHalf};
 use corecast_net::ws::close::CloseCode;
-use corecast_net::ws::frame::{encode_close, encode_pong, frame_in_place, OpCode};
+use corecast_net::ws::frame::{encode_close, frame_in_place, OpCode};
 use corecast_storage::json;
 use sonic_rs::{JsonContainerTrait, JsonValueTrait, Value};
 
-use super::ws_io::{WsIn, WsReader};
+use super::pong::OwedPong;
+use super::ws_io::{WsIn, WsReader, LINGER};
 use crate::commit::writer::{Append, AppendReply, WriterMsg};
 use crate::fanout::signal::Signal;
 use crate::registry::{Claim, Stream};
 use crate::shard::ShardCtx;
-
-/// How long a closing publisher connection waits for the peer to close its side after our close
-/// frame (RFC 6455 §7.1.1: the server closes the TCP connection after the close handshake).
-pub const LINGER: Duration = Duration::from_secs(2);
 
 /// An exactly-once publisher's identity on this connection.
 pub struct ExactlyOnce {
@@ -49,14 +46,16 @@ enum Pending {
     Ready(Vec<u8>),
     /// A reply owed by the writer thread.
     Owed(flume::Receiver<AppendReply>),
-    /// A complete control frame (pong).
-    Control(Vec<u8>),
 }
 
 #[derive(Default)]
 struct PubState {
     queue: RefCell<VecDeque<Pending>>,
+    /// Replies queued and not yet written (`queue`'s length; the reader pauses at
+    /// `max_in_flight`).
     owed: Cell<usize>,
+    /// The pong owed for the latest ping, written before the next replies.
+    pong: OwedPong,
     replier: Signal,
     reader: Signal,
     reader_busy: Cell<bool>,
@@ -67,15 +66,23 @@ struct PubState {
     close: RefCell<Option<(u16, String)>>,
     /// The connection is closing: the reader stops reading new frames.
     dead: Cell<bool>,
+    /// Raised with `dead` by the reply side: wakes a reader waiting for the peer's next frame,
+    /// which then only lingers for the peer's close.
+    ending: Signal,
     /// The socket failed or the peer went away without a close: nothing more can be written.
     gone: Cell<bool>,
 }
 
 impl PubState {
+    /// The reply side is done with the connection: the reader stops reading frames.
+    fn end_reading(&self) {
+        self.dead.set(true);
+        self.reader.raise();
+        self.ending.raise();
+    }
+
     fn push(&self, p: Pending) {
-        if !matches!(p, Pending::Control(_)) {
-            self.owed.set(self.owed.get() + 1);
-        }
+        self.owed.set(self.owed.get() + 1);
         self.queue.borrow_mut().push_back(p);
         self.replier.raise();
     }
@@ -132,7 +139,9 @@ async fn read_loop(
         if ctx.shutting_down() || superseded(eo.as_deref()) || state.dead.get() {
             break;
         }
-        let ev = ws.next().await;
+        let Some(ev) = ws.next_until(state.ending.wait()).await else {
+            break;
+        };
         if ctx.shutting_down() || superseded(eo.as_deref()) {
             break;
         }
@@ -157,9 +166,8 @@ async fn read_loop(
                 }
             }
             WsIn::Ping(p) => {
-                let mut f = Vec::with_capacity(p.len() + 2);
-                encode_pong(&p, None, &mut f);
-                state.push(Pending::Control(f));
+                state.pong.owe(p);
+                state.replier.raise();
             }
             WsIn::Close { code } => {
                 let code = code.unwrap_or(1000);
@@ -180,9 +188,17 @@ async fn read_loop(
     state.reader_done.set(true);
     state.replier.raise();
     // linger: keep reading (and discarding) until the peer closes its side, so our close
-    // never turns into a reset that would destroy replies the peer has not read yet
+    // never turns into a reset that would destroy replies the peer has not read yet — but
+    // once the replies and the close are out, for LINGER at most: a peer that never closes
+    // (or never stops sending) must not keep the socket
     if !state.gone.get() {
-        ws.drain_until_eof().await;
+        let replies_out_then_linger = async {
+            if !state.dead.get() {
+                state.ending.wait().await;
+            }
+            rt::sleep(LINGER).await;
+        };
+        rt::until(ws.drain_until_eof(), replies_out_then_linger).await;
     }
     state.reader_exited.set(true);
     state.exited.raise();
@@ -335,7 +351,8 @@ mod reply {
 async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Option<&ExactlyOnce>) {
     let mut out: Vec<u8> = Vec::with_capacity(4096);
     loop {
-        // gather every reply that is ready, front to back
+        // the pong owed first, then every reply that is ready, front to back
+        state.pong.take_into(&mut out);
         loop {
             let front = state.queue.borrow_mut().pop_front();
             let Some(p) = front else { break };
@@ -344,7 +361,6 @@ async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Opt
                     push_text(&mut out, &payload);
                     state.owed.set(state.owed.get() - 1);
                 }
-                Pending::Control(frame) => out.extend_from_slice(&frame),
                 Pending::Owed(rx) => match rx.try_recv() {
                     Ok(r) => {
                         push_reply(&mut out, &r);
@@ -377,9 +393,8 @@ async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Opt
             out = back;
             out.clear();
             if res.is_err() {
-                state.dead.set(true);
                 state.gone.set(true);
-                state.reader.raise();
+                state.end_reading();
                 return;
             }
             continue;
@@ -391,8 +406,7 @@ async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Opt
         // wake at least every 100 ms to notice a takeover by another shard
         rt::timeout(Duration::from_millis(100), state.replier.wait()).await;
     }
-    state.dead.set(true);
-    state.reader.raise();
+    state.end_reading();
     let (code, reason) = if superseded(eo) {
         (CloseCode(4409).0, r#"{"error":"superseded"}"#.to_string())
     } else if let Some(c) = state.close.borrow_mut().take() {

@@ -10,17 +10,18 @@
 //! `{"error":"too_slow","backlog":N}`; nobody else waits for it. Runs on the shard that accepted
 //! the connection: one writer task and one reader task (pings, the peer's close).
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use corecast_net::rt::{self, FrameVec, WriteHalf};
 use corecast_net::ws::close::CloseCode;
-use corecast_net::ws::frame::{encode_close, encode_pong};
+use corecast_net::ws::frame::encode_close;
 
 use super::deliver::{gather, write, Rendering};
-use super::ws_io::{WsIn, WsReader};
+use super::pong::OwedPong;
+use super::ws_io::{WsIn, WsReader, LINGER};
 use crate::fanout::signal::Signal;
 use crate::filter::Filter;
 use crate::registry::Stream;
@@ -29,9 +30,13 @@ use crate::shard::ShardCtx;
 
 #[derive(Default)]
 struct SubState {
-    control: RefCell<Vec<u8>>,
+    /// The pong owed for the latest ping, written before the next frames.
+    pong: OwedPong,
     peer_close: Cell<Option<(u16, bool)>>,
     gone: Cell<bool>,
+    /// Raised when the session is over (its close written, or the peer gone): the reader task
+    /// stops reading frames, lingers for the peer's close, and lets go of the socket.
+    ended: Signal,
 }
 
 /// Where a subscription starts.
@@ -70,12 +75,13 @@ pub async fn run(
     .await;
     stream.stats.subscribers.fetch_sub(1, Ordering::Relaxed);
     if let Some((code, reason)) = close {
-        let mut f = Vec::with_capacity(reason.len() + 8);
-        f.extend_from_slice(&state.control.borrow_mut().split_off(0));
+        let mut f = Vec::with_capacity(reason.len() + 8 + 127);
+        state.pong.take_into(&mut f);
         encode_close(Some(CloseCode(code)), &reason, None, &mut f);
         let _ = rt::timeout(std::time::Duration::from_secs(5), wr.write_all(f)).await;
         let _ = wr.shutdown().await;
     }
+    state.ended.raise();
 }
 
 async fn read_loop(mut ws: WsReader, state: Rc<SubState>, signal: Weak<Signal>) {
@@ -84,11 +90,12 @@ async fn read_loop(mut ws: WsReader, state: Rc<SubState>, signal: Weak<Signal>) 
             s.raise();
         }
     };
-    loop {
-        match ws.next().await {
+    // until the session ends; then the socket is only drained (below)
+    while let Some(ev) = ws.next_until(state.ended.wait()).await {
+        match ev {
             WsIn::Message { .. } => {}
             WsIn::Ping(p) => {
-                encode_pong(&p, None, &mut state.control.borrow_mut());
+                state.pong.owe(p);
                 raise();
             }
             WsIn::Close { code } => {
@@ -108,6 +115,10 @@ async fn read_loop(mut ws: WsReader, state: Rc<SubState>, signal: Weak<Signal>) 
             }
         }
     }
+    // the session is over and our close (if any) is out: give the peer LINGER to answer it
+    // and close its side, then drop the socket whatever it does (a peer that never stops
+    // sending, or never sends, must not keep it)
+    let _ = rt::timeout(LINGER, ws.drain_until_eof()).await;
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -184,12 +195,11 @@ async fn serve(
         }
         let mut frames = 0u64;
         let owed_from = next;
-        // pongs first
-        {
-            let mut c = state.control.borrow_mut();
-            if !c.is_empty() {
-                fv.push(bytes::Bytes::from(std::mem::take(&mut *c)));
-            }
+        // the owed pong first
+        if state.pong.is_owed() {
+            let mut pong = Vec::with_capacity(127);
+            state.pong.take_into(&mut pong);
+            fv.push(bytes::Bytes::from(pong));
         }
         if next < head {
             if next < base {

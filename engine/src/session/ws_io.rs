@@ -9,12 +9,20 @@
 //! message whose bytes cannot be UTF-8 ends the connection (1007) as soon as they arrive, not
 //! when the rest of their frame does (RFC 6455 §8.1 "fail fast").
 
+use std::future::Future;
+use std::time::Duration;
+
 use corecast_net::rt::ReadHalf;
 use corecast_net::ws::frame::{FrameLimits, Role};
 use corecast_net::ws::receiver::{Received, Receiver};
 
 /// Bytes asked of the socket per read at least.
 const READ_ROOM: usize = 16 * 1024;
+
+/// How long a closing connection waits for the peer to close its side after our close frame
+/// (RFC 6455 §7.1.1: the server closes the TCP connection after the close handshake), reading
+/// and discarding what it sends meanwhile.
+pub const LINGER: Duration = Duration::from_secs(2);
 
 /// One thing the peer sent, or why reading ended.
 #[derive(Debug)]
@@ -79,6 +87,14 @@ impl WsReader {
                 Ok(_) => {}
             }
         }
+    }
+
+    /// The next event, unless `stop` finishes first: then `None`, and the read in flight is
+    /// dropped with whatever part of a frame it held, so after `None` only
+    /// [`WsReader::drain_until_eof`] should be asked. (A session whose writer has ended uses it
+    /// to take its reader down with it.)
+    pub async fn next_until<F: Future>(&mut self, stop: F) -> Option<WsIn> {
+        corecast_net::rt::until(self.next(), stop).await
     }
 
     /// The next event. After [`WsIn::Close`], [`WsIn::Violation`] or [`WsIn::Gone`] nothing more

@@ -129,6 +129,21 @@ pub async fn timeout<F: Future>(d: Duration, fut: F) -> Option<F::Output> {
     monoio::time::timeout(d, fut).await.ok()
 }
 
+/// Runs `fut` unless `stop` finishes first: `Some(output)`, or `None` when `stop` won (then
+/// `fut` is dropped, cancelling any I/O it had in flight). When both are ready at once, `fut`
+/// wins.
+pub async fn until<F: Future, S: Future>(fut: F, stop: S) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let mut stop = std::pin::pin!(stop);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(out) = fut.as_mut().poll(cx) {
+            return Poll::Ready(Some(out));
+        }
+        stop.as_mut().poll(cx).map(|_| None)
+    })
+    .await
+}
+
 /// A listening socket bound with `SO_REUSEPORT`, one per serving thread.
 pub struct Listener {
     inner: monoio::net::TcpListener,
