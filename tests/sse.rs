@@ -22,6 +22,10 @@ schema = "@trade"
 [[stream]]
 name = "s"
 max_backlog = 64
+[[stream]]
+name = "small"
+schema = "@trade"
+max_replay = 10
 "#;
 
 fn start(setup: &Setup) -> Server {
@@ -89,6 +93,39 @@ fn events_carry_the_websocket_payload_and_resume_with_last_event_id() {
     // unknown stream: a JSON 404 (not an endless retry loop on a typo)
     let nf = http_get(server.addr, "/nope/events");
     assert_eq!(nf.status, 404);
+}
+
+/// A resume further back than `max_replay` rows is not served in full (as on WebSocket, where it
+/// is 4416 `too_old`), but never silently: an `event: gap` names the rows skipped before the
+/// first row comes, and the stream goes on (EventSource gives up for good on a non-200).
+#[test]
+fn a_resume_beyond_max_replay_names_the_rows_it_skips() {
+    let setup = Setup::new();
+    let server = start(&setup);
+    publish_batch(&server, "small", &rows(1, 30, "A"));
+    for (path, headers, first) in [
+        ("/small/events?offset=1", vec![], 1),
+        ("/small/events", vec![("Last-Event-ID", "4")], 5),
+        ("/small/events?offset=0", vec![], 1),
+    ] {
+        let mut s = SseStream::open(server.addr, None, path, &headers);
+        assert_eq!(s.status, 200, "{path}");
+        let (id, event, data) = s.next_event(Duration::from_secs(10)).expect("gap");
+        assert_eq!((id, event.as_str()), (None, "gap"), "{path}");
+        assert_eq!(
+            data,
+            format!(
+                r#"{{"reason":"too_old","missing":{{"first":{first},"last":20}},"max_replay":10}}"#
+            ),
+            "{path}"
+        );
+        for want in 21..=30 {
+            assert_eq!(expect_event(&mut s).0, want, "{path}");
+        }
+    }
+    // within max_replay: no gap event, the rows straight away
+    let mut s = SseStream::open(server.addr, None, "/small/events?offset=21", &[]);
+    assert_eq!(expect_event(&mut s).0, 21);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The buffer's writer and readers: offsets, reopen, group commit, reads beside a writer,
 //! commit failure and retry.
 
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -191,6 +192,7 @@ fn scans_respect_bounds_and_limits() {
         .scan_with(5, 8, 10, |offset, _ts, payload| {
             assert_eq!(payload, row(offset));
             seen.push(offset);
+            ControlFlow::Continue(())
         })
         .unwrap();
     assert_eq!(visited, 3);
@@ -243,7 +245,7 @@ fn readers_see_whole_commits_while_the_writer_commits() {
                 let started = Instant::now();
                 let end = reader.end_offset().unwrap();
                 let count = reader
-                    .scan_with(1, u64::MAX, usize::MAX, |_, _, _| {})
+                    .scan_with(1, u64::MAX, usize::MAX, |_, _, _| ControlFlow::Continue(()))
                     .unwrap() as u64;
                 slowest = slowest.max(started.elapsed());
                 // A scan after end_offset may see later commits, never a part of one.

@@ -5,6 +5,7 @@
 //! and every publisher's seqs landed exactly once with its mark on the last of them.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::ops::ControlFlow;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -292,6 +293,7 @@ fn check_log(dir: &Path, acknowledged: &Acknowledged, round: usize) -> u64 {
                 assert_eq!(seq, previous + 1, "round {round}: {id} at offset {offset}");
                 last[publisher] = (seq, offset);
             }
+            ControlFlow::Continue(())
         })
         .unwrap();
     assert_eq!(

@@ -2,6 +2,8 @@
 //! sample (`../shared/data/es-mbo.jsonl`, 68,792 rows) validated, appended in group commits, and
 //! scanned back byte-identical to its canonical encoding, in offset order from 1.
 
+use std::ops::ControlFlow;
+
 use corecast_storage::json;
 use corecast_storage::log::{AppendBatch, Buffer, BufferReader};
 use corecast_storage::schema::{RowCodec, Schema};
@@ -52,6 +54,7 @@ fn es_mbo_appended_and_scanned_back_byte_identical() {
                 );
                 next += 1;
                 seen += 1;
+                ControlFlow::Continue(())
             })
             .expect("scan");
         if seen == 0 {

@@ -108,6 +108,11 @@ impl FrameBatchBuilder {
         self.ends.len()
     }
 
+    /// Bytes of the frames pushed so far.
+    pub fn bytes(&self) -> usize {
+        self.buf.len()
+    }
+
     /// Whether no row was pushed.
     pub fn is_empty(&self) -> bool {
         self.ends.is_empty()

@@ -8,6 +8,7 @@
 //! one-shot flume channel that the session awaits on its io_uring loop.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -18,6 +19,11 @@ use crate::registry::Registry;
 
 /// Rows one replay job returns at most (a chunk; the session asks again for the next).
 pub const REPLAY_CHUNK_ROWS: usize = 4096;
+
+/// Frame bytes after which a replay job's chunk ends (the row that reaches it is the last): a
+/// chunk of rows near the 1 MiB message limit stays a few MiB, not `REPLAY_CHUNK_ROWS` MiB, and
+/// its frame offsets stay well inside `u32`.
+pub const REPLAY_CHUNK_BYTES: usize = 4 << 20;
 
 /// A scan request.
 pub struct ReplayJob {
@@ -115,24 +121,23 @@ fn scan(
         }
     };
     let mut builder: Option<FrameBatchBuilder> = None;
-    let mut stop = false;
     reader
         .scan_with(
             job.from,
             job.to,
             REPLAY_CHUNK_ROWS,
             |offset, ts_us, payload| {
-                if stop {
-                    return;
-                }
                 let b =
                     builder.get_or_insert_with(|| FrameBatchBuilder::new(offset, true, 64 * 1024));
                 if b.next_seq() != offset {
                     // a hole (retention): stop here; the session asks again from the next offset
-                    stop = true;
-                    return;
+                    return ControlFlow::Break(());
                 }
                 b.push(payload, ts_us);
+                if b.bytes() >= REPLAY_CHUNK_BYTES {
+                    return ControlFlow::Break(());
+                }
+                ControlFlow::Continue(())
             },
         )
         .map_err(|e| e.to_string())?;

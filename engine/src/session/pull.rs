@@ -28,6 +28,7 @@
 //! sends while it waits are held, not parsed (one request per connection: they are dropped
 //! with the connection, as any bytes after the request head are).
 
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::rc::Rc;
@@ -50,6 +51,11 @@ use crate::shard::ShardCtx;
 pub const MAX_LIMIT: usize = 500;
 /// Longest long poll, seconds.
 pub const MAX_WAIT_S: f64 = 60.0;
+/// Row bytes after which a `/rows` page ends (the row that reaches it is its last; the next
+/// cursor goes on from there), and beyond which `latest` keeps only its newest rows. Rows may be
+/// up to a stream's `max_message_bytes` each (1 MiB by default): without it one request for 500
+/// of them would build a 500 MiB body. Same figure as one vectored WebSocket write.
+pub const PAGE_BYTES_MAX: usize = 4 << 20;
 /// Most rows a filtered window examines.
 const FILTER_SCAN_ROWS: usize = 4096;
 /// Most bytes a waiting long poll reads (and holds) from its client while it watches the
@@ -217,12 +223,26 @@ fn parse_limit(q: &Query, default: usize) -> Result<usize, Vec<u8>> {
     }
 }
 
+/// Which rows of a window survive [`PAGE_BYTES_MAX`].
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    /// The first ones: the window ends after the row that reaches the budget (`/rows`).
+    #[default]
+    Oldest,
+    /// The last ones: the oldest rows are dropped while the rest exceed it (`latest`).
+    Newest,
+}
+
 /// Rows read from the ring or the log.
 #[derive(Default)]
 struct Window {
-    /// `[offset,ts,row]` items, comma-separated.
-    rows: Vec<u8>,
-    n: usize,
+    /// `[offset,ts,row]` items, in offset order.
+    rows: VecDeque<Vec<u8>>,
+    /// Bytes of `rows`.
+    bytes: usize,
+    keep: Keep,
+    /// `Keep::Oldest` and the budget is reached: no more rows.
+    full: bool,
     /// The sequence after the last row examined.
     next: u64,
     /// Offsets found missing at the start of the window (`first..=last`).
@@ -233,15 +253,38 @@ struct Window {
 
 impl Window {
     fn push(&mut self, payload: &[u8]) {
-        if self.n > 0 {
-            self.rows.push(b',');
+        self.rows.push_back(payload.to_vec());
+        self.bytes += payload.len();
+        match self.keep {
+            Keep::Oldest => self.full = self.bytes >= PAGE_BYTES_MAX,
+            Keep::Newest => {
+                while self.bytes > PAGE_BYTES_MAX && self.rows.len() > 1 {
+                    let dropped = self.rows.pop_front().map_or(0, |r| r.len());
+                    self.bytes -= dropped;
+                }
+            }
         }
-        self.rows.extend_from_slice(payload);
-        self.n += 1;
+    }
+
+    fn n(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// The rows as the items of a JSON array (comma-separated), appended to `out`.
+    fn write_items(&self, out: &mut Vec<u8>) {
+        out.reserve(self.bytes + self.rows.len());
+        for (i, row) in self.rows.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(row);
+        }
     }
 }
 
-/// Reads at most `limit` rows passing `filter` from `[from, to)`, examining at most `scan` rows.
+/// Reads at most `limit` rows passing `filter` from `[from, to)`, examining at most `scan` rows,
+/// holding about [`PAGE_BYTES_MAX`] of them as `keep` says.
+#[allow(clippy::too_many_arguments)]
 async fn read_window(
     ctx: &ShardCtx,
     st: &Stream,
@@ -250,16 +293,18 @@ async fn read_window(
     filter: Option<&Filter>,
     limit: usize,
     scan: usize,
+    keep: Keep,
 ) -> Result<Window, Vec<u8>> {
     let mut w = Window {
         next: from,
+        keep,
         ..Window::default()
     };
     // visits one batch from `w.next`; returns false once a bound is hit
     let visit = |w: &mut Window, b: &crate::fanout::batch::FrameBatch| -> bool {
         let mut i = w.next.saturating_sub(b.first) as usize;
         while i < b.len() && b.first + (i as u64) < to {
-            if w.n >= limit || w.examined >= scan {
+            if w.n() >= limit || w.examined >= scan || w.full {
                 w.next = b.first + i as u64;
                 return false;
             }
@@ -272,7 +317,7 @@ async fn read_window(
         w.next = b.first + i as u64;
         w.next < to
     };
-    while w.next < to && w.n < limit && w.examined < scan {
+    while w.next < to && w.n() < limit && w.examined < scan && !w.full {
         let base = ctx.hubs[st.index].borrow().base();
         if w.next >= base || !st.durable() {
             w.next = w.next.max(base);
@@ -302,7 +347,7 @@ async fn read_window(
         };
         if batch.is_empty() || batch.first > w.next {
             let upto = if batch.is_empty() { end } else { batch.first };
-            if w.n == 0 && w.missing.is_none() {
+            if w.n() == 0 && w.missing.is_none() {
                 w.missing = Some((w.next, upto - 1));
             }
             w.next = upto;
@@ -332,11 +377,11 @@ async fn latest(ctx: &ShardCtx, st: &Stream, q: &Query) -> Vec<u8> {
         base
     };
     let from = head.saturating_sub(limit as u64).max(floor);
-    let w = match read_window(ctx, st, from, head, None, limit, limit).await {
+    let w = match read_window(ctx, st, from, head, None, limit, limit, Keep::Newest).await {
         Ok(w) => w,
         Err(e) => return e,
     };
-    let mut body = Vec::with_capacity(w.rows.len() + 128);
+    let mut body = Vec::with_capacity(w.bytes + w.n() + 128);
     let end = if st.durable() {
         head.to_string()
     } else {
@@ -347,9 +392,9 @@ async fn latest(ctx: &ShardCtx, st: &Stream, q: &Query) -> Vec<u8> {
         "{{\"stream\":{},\"end_offset\":{},\"count\":{},\"rows\":[",
         jstr(&st.cfg.name),
         end,
-        w.n
+        w.n()
     );
-    body.extend_from_slice(&w.rows);
+    w.write_items(&mut body);
     body.extend_from_slice(b"]}");
     json(200, &body)
 }
@@ -466,7 +511,8 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
     let w = loop {
         let head = ctx.hubs[st.index].borrow().head();
         let w = if next < head && limit > 0 {
-            match read_window(ctx, st, next, head, filter.as_ref(), limit, scan).await {
+            let keep = Keep::Oldest;
+            match read_window(ctx, st, next, head, filter.as_ref(), limit, scan, keep).await {
                 Ok(w) => w,
                 Err(e) => return Answer::Respond(e),
             }
@@ -480,7 +526,7 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
             missing = w.missing;
         }
         let now = Instant::now();
-        if w.n > 0 || missing.is_some() || now >= deadline || limit == 0 || ctx.shutting_down() {
+        if w.n() > 0 || missing.is_some() || now >= deadline || limit == 0 || ctx.shutting_down() {
             break w;
         }
         next = w.next;
@@ -518,7 +564,7 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
     };
     let head = ctx.hubs[st.index].borrow().head();
     let next_cursor = key.sign(&binding, w.next, now_s());
-    let mut body = Vec::with_capacity(w.rows.len() + 256);
+    let mut body = Vec::with_capacity(w.bytes + w.n() + 256);
     let status = if missing.is_some() { "gap" } else { "ok" };
     let _ = write!(
         Bytes(&mut body),
@@ -534,11 +580,11 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
     let _ = write!(
         Bytes(&mut body),
         "\"count\":{},\"next_offset\":{},\"end_offset\":{head},\"next_cursor\":{},\"rows\":[",
-        w.n,
+        w.n(),
         w.next,
         jstr(&next_cursor)
     );
-    body.extend_from_slice(&w.rows);
+    w.write_items(&mut body);
     body.extend_from_slice(b"]}");
     Answer::Respond(json(200, &body))
 }

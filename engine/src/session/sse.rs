@@ -12,7 +12,10 @@
 //! A `Last-Event-ID` that is not a plain decimal offset (≤ 19 digits, within int64) starts from
 //! now with a warning logged at most once a minute — never an error status, since EventSource
 //! gives up for good on any non-200. An offset below what the log holds starts at the earliest
-//! held row, one beyond the end starts from now, and a resume is limited to `max_replay` rows.
+//! held row, one beyond the end starts from now, and a resume is limited to `max_replay` rows;
+//! when rows asked for are skipped so, an `event: gap` naming them (`missing` first/last, and
+//! `reason` `too_old` or `evicted`) comes before the first row, so the reader can fetch them
+//! through the pull API instead of losing them unnoticed.
 //!
 //! The stream sends `retry:` first, comment pings on idle streams (jittered between
 //! `sse.ping_min_ms` and `sse.ping_max_ms`), and ends with `event: end` + `data: {"reason":…}`:
@@ -194,10 +197,40 @@ fn error(status: u16, code: &str, message: &str, retry_after: bool) -> Vec<u8> {
     h.finish(&json_error_body(code, message, retry_after))
 }
 
-/// The first offset for `from` on a durable stream whose frontier is `head`.
-fn start_offset(st: &Stream, from: Start, head: u64) -> u64 {
+/// Rows a reader asked for that its stream will not send: the `event: gap` that comes before
+/// the first row (docs/OPERATIONS.md, Server-Sent Events), so a resume is never silently short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Skipped {
+    /// First and last offset not sent.
+    first: u64,
+    last: u64,
+    /// `Some(max_replay)` when the resume was further back than `max_replay` rows (`too_old`);
+    /// `None` when the rows are no longer held (`evicted`).
+    max_replay: Option<u64>,
+}
+
+impl Skipped {
+    /// `event: gap` / `data: {"reason":"too_old"|"evicted","missing":{"first":A,"last":B}[,"max_replay":M]}`.
+    fn push_event(&self, out: &mut Vec<u8>) {
+        let data = match self.max_replay {
+            Some(m) => format!(
+                r#"{{"reason":"too_old","missing":{{"first":{},"last":{}}},"max_replay":{m}}}"#,
+                self.first, self.last
+            ),
+            None => format!(
+                r#"{{"reason":"evicted","missing":{{"first":{},"last":{}}}}}"#,
+                self.first, self.last
+            ),
+        };
+        sse::push_named_event("gap", data.as_bytes(), out);
+    }
+}
+
+/// The first offset for `from` on a durable stream whose frontier is `head`, and the rows asked
+/// for that will not be sent (below what the log holds, or more than `max_replay` back).
+fn start_offset(st: &Stream, from: Start, head: u64) -> (u64, Option<Skipped>) {
     if !st.durable() {
-        return head;
+        return (head, None);
     }
     let earliest = st.earliest.load(Ordering::Acquire).min(head).max(1);
     let first = match from {
@@ -207,13 +240,24 @@ fn start_offset(st: &Stream, from: Start, head: u64) -> u64 {
         Start::Now => head,
     };
     if first > head {
-        return head; // ahead of the log (a stale id): from now
+        return (head, None); // ahead of the log (a stale id): from now
     }
-    let mut first = first.max(earliest);
+    let wanted = first;
+    let held = first.max(earliest);
+    let mut first = held;
+    let mut max_replay = None;
     if let Some(max) = st.cfg.max_replay {
-        first = first.max(head.saturating_sub(max));
+        if head.saturating_sub(max) > first {
+            first = head.saturating_sub(max);
+            max_replay = Some(max);
+        }
     }
-    first
+    let skipped = (first > wanted).then_some(Skipped {
+        first: wanted,
+        last: first - 1,
+        max_replay,
+    });
+    (first, skipped)
 }
 
 #[derive(Default)]
@@ -315,7 +359,7 @@ pub async fn serve(
         hub.attach(&signal);
         hub.head()
     };
-    let next = start_offset(&st, from, head);
+    let (next, skipped) = start_offset(&st, from, head);
     let mut out = ResponseHead::new(200)
         .header("content-type", "text/event-stream")
         .header("cache-control", "no-cache")
@@ -324,6 +368,9 @@ pub async fn serve(
         .header("connection", "close")
         .finish_head();
     sse::push_retry(set.retry_ms, &mut out);
+    if let Some(skipped) = skipped {
+        skipped.push_event(&mut out);
+    }
     let (res, _) = wr.write_all(out).await;
     if res.is_err() {
         return;

@@ -10,6 +10,7 @@
 //! statement reads one committed snapshot, so a scan sees every row of a commit or none of it,
 //! and never a row whose commit has not returned.
 
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
@@ -125,12 +126,15 @@ impl BufferReader {
                 ts_us,
                 payload: payload.to_vec(),
             });
+            ControlFlow::Continue(())
         })?;
         Ok(rows)
     }
 
     /// Like [`scan`](Self::scan), but hands each row to `visit(offset, ts_us, payload)` without
     /// copying it; returns how many rows were visited. The payload borrow ends with the call.
+    /// `visit` returns [`ControlFlow::Break`] to end the scan after that row (a caller bounding
+    /// its chunk by bytes, say): no further block is read.
     pub fn scan_with<F>(
         &self,
         from: u64,
@@ -139,7 +143,7 @@ impl BufferReader {
         mut visit: F,
     ) -> Result<usize, StorageError>
     where
-        F: FnMut(u64, i64, &[u8]),
+        F: FnMut(u64, i64, &[u8]) -> ControlFlow<()>,
     {
         let cap = i64::MAX as u64;
         let (from, to_exclusive) = (from.min(cap), to_exclusive.min(cap));
@@ -185,9 +189,9 @@ impl BufferReader {
                 if offset >= to_exclusive {
                     return Ok(visited);
                 }
-                visit(offset, ts_us, row);
+                let flow = visit(offset, ts_us, row);
                 visited += 1;
-                if visited == limit {
+                if visited == limit || flow.is_break() {
                     return Ok(visited);
                 }
             }
