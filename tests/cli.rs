@@ -302,6 +302,20 @@ fn pub_sub_tail_and_refusals() {
     let out = corecast_run(&["pub", &url], Some(b"{\"a\":\nnot json\n"), T);
     assert_eq!(out.code, Some(4), "{}", out.stderr);
     assert!(one_line(&out.stderr).contains("line 1"), "{}", out.stderr);
+    // after good rows: the bad line and column, what landed, how to go on from it
+    let input = format!("{}{{\"event_ts\":nope}}\n", rows(19, 20));
+    let out = corecast_run(&["pub", &url], Some(input.as_bytes()), T);
+    assert_eq!(out.code, Some(4), "{}", out.stderr);
+    let line = one_line(&out.stderr);
+    assert!(
+        line.contains("line 3, column ") && line.contains(": not JSON"),
+        "{line}"
+    );
+    assert!(
+        line.contains("Nothing from line 3 on was sent; the 2 rows before it were acknowledged"),
+        "{line}"
+    );
+    assert!(line.contains("tail -n +3 FILE"), "{line}");
 
     // exactly-once on a stream without it: 4412
     let out = corecast_run(
@@ -311,6 +325,11 @@ fn pub_sub_tail_and_refusals() {
     );
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(one_line(&out.stderr).contains("4412"), "{}", out.stderr);
+    assert!(
+        one_line(&out.stderr).contains("exactly_once = true"),
+        "{}",
+        out.stderr
+    );
 
     // the server goes away normally (SIGTERM → 1001): a live sub ends with 0
     let child = Command::new(corecast_bin())

@@ -277,6 +277,35 @@ fn windows_page_through_with_cursors_and_repeat_exactly() {
     )
     .json();
     assert_eq!(offsets(&l2), vec![26]);
+    // from=N starts at offset N (0: the earliest held)
+    let f = http_get(server.addr, "/v1/streams/t/rows?from=24&limit=2").json();
+    assert_eq!(offsets(&f), vec![24, 25]);
+    let f0 = http_get(server.addr, "/v1/streams/t/rows?from=0&limit=1").json();
+    assert_eq!(offsets(&f0), vec![1]);
+    for bad in ["from=-1", "from=x", "from=9223372036854775808"] {
+        let r = http_get(server.addr, &format!("/v1/streams/t/rows?{bad}"));
+        assert_eq!(r.status, 400, "{bad}");
+        assert!(
+            r.text().contains("use earliest, latest or an offset"),
+            "{bad}"
+        );
+    }
+    // a query key the endpoint does not take is named with the ones it does
+    let r = http_get(server.addr, "/v1/streams/t/rows?offset=5");
+    assert_eq!(r.status, 400);
+    assert!(
+        r.text().contains(
+            "unknown query parameter(s): offset (this endpoint takes: cursor, limit, wait, where, from)"
+        ),
+        "{}",
+        r.text()
+    );
+    // no endpoint: 404 whatever the query
+    for path in ["/v1/streams/t/rows/?limit=1", "/v1/streams/t/nope?limit=1"] {
+        let r = http_get(server.addr, path);
+        assert_eq!(r.status, 404, "{path}");
+        assert!(r.text().contains("no endpoint at"), "{path}");
+    }
     // where=
     publish_batch(&server, "t", &rows(27, 4, "B"));
     let w = http_get(server.addr, &format!("/v1/streams/t/rows?where={WHERE_B}")).json();

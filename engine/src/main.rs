@@ -122,7 +122,8 @@ fn serve(
         }
     };
     let streams = cfg.streams.len();
-    tracing::info!(streams, "data directory {}", cfg.data_dir.display());
+    let shown = std::path::absolute(&cfg.data_dir).unwrap_or_else(|_| cfg.data_dir.clone());
+    tracing::info!(streams, "data directory {}", shown.display());
     let running = match server::start(ServeOptions { config: cfg, cores }) {
         Ok(r) => r,
         Err(e) => {

@@ -21,7 +21,8 @@ pub const EXIT_REFUSED: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 /// The connection failed or was lost (TCP, the HTTP upgrade, no close frame).
 pub const EXIT_CONNECTION: u8 = 3;
-/// A local file could not be used (the input of `pub`, a cursor file, stdout).
+/// A local file could not be used (the input of `pub`, a cursor file, stdout), or a line of
+/// `pub`'s input is not a JSON object.
 pub const EXIT_LOCAL: u8 = 4;
 /// The server broke the protocol.
 pub const EXIT_PROTOCOL: u8 = 5;
@@ -36,7 +37,8 @@ macro_rules! exit_codes_help {
      offset not replayable 4416, bad request 4400, too slow 4429, a rejected row, ...)
   2  usage: bad arguments, or a URL that is not ws://HOST:PORT/STREAM
   3  connection failed or lost (TCP, an HTTP refusal of the upgrade, no close frame)
-  4  a local file could not be read or written (pub's input, the cursor file, stdout)
+  4  a local file could not be read or written (pub's input, the cursor file, stdout),
+     or a line of pub's input is not a JSON object
   5  the server broke the protocol"
     };
 }
@@ -67,9 +69,30 @@ pub fn describe(e: &ClientError) -> String {
         other => other.to_string(),
     };
     let base = base.replace(['\r', '\n'], " ");
+    let base = match hint(e) {
+        Some(h) => format!("{base}; {h}"),
+        None => base,
+    };
     match e.close_code() {
         Some(code) if code >= 4000 => format!("{base} (close {code} {})", e.kind()),
         _ => base,
+    }
+}
+
+/// What to do about a refusal whose cause is the stream's configuration, not the request.
+fn hint(e: &ClientError) -> Option<String> {
+    match e {
+        ClientError::NotReplayable { why, fields } if why == "too_old" => {
+            let max = fields.iter().find(|(k, _)| k == "max_replay").map(|f| f.1);
+            Some(format!(
+                "a subscribe replays at most max_replay{} rows: start later (--offset, or `corecast tail -n N`), read older rows through the pull API (GET /v1/streams/NAME/rows pages through all of them), or raise the stream's max_replay in the server's config",
+                max.map(|m| format!(" = {m}")).unwrap_or_default()
+            ))
+        }
+        ClientError::ExactlyOnceUnavailable { why } if why == "stream" => Some(
+            "the stream must be declared with exactly_once = true (and durable) in the server's config".into(),
+        ),
+        _ => None,
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use corecast_net::client::{blocking, ClientError, Pending, PublishOptions};
+use corecast_storage::json::JsonError;
 
 /// Arguments of `corecast pub`.
 #[derive(Args, Debug)]
@@ -186,6 +187,8 @@ pub fn run(args: PubArgs) -> ExitCode {
         Ok(())
     };
 
+    // the input line that stopped the publish (not a JSON object); nothing from it on is sent
+    let mut bad_line: Option<u64> = None;
     let mut lines = input.lines();
     let mut line_no = 0u64;
     let mut last_line_in_batch = 0u64;
@@ -221,10 +224,19 @@ pub fn run(args: PubArgs) -> ExitCode {
                     format!("line {line_no}: not a JSON object"),
                     super::EXIT_LOCAL,
                 ));
+                bad_line = Some(line_no);
                 break;
             }
             Err(e) => {
-                tally.failure = Some((format!("line {line_no}: not JSON: {e}"), super::EXIT_LOCAL));
+                // the parser saw this line alone: its own line number is always 1
+                let what = match e {
+                    JsonError::Syntax { reason, column, .. } => {
+                        format!("line {line_no}, column {column}: not JSON: {reason}")
+                    }
+                    other => format!("line {line_no}: not JSON: {other}"),
+                };
+                tally.failure = Some((what, super::EXIT_LOCAL));
+                bad_line = Some(line_no);
                 break;
             }
         }
@@ -267,7 +279,8 @@ pub fn run(args: PubArgs) -> ExitCode {
             }
         }
     }
-    if tally.failure.is_none() && !batch.is_empty() {
+    // the rows before a bad line go out too, so "everything before line N landed" holds
+    if (tally.failure.is_none() || bad_line.is_some()) && !batch.is_empty() {
         match submit(
             &mut publisher,
             &mut batch,
@@ -276,7 +289,10 @@ pub fn run(args: PubArgs) -> ExitCode {
             &mut tally.in_flight,
         ) {
             Ok(()) => {}
-            Err(e) => tally.failure = Some((super::describe(&e), super::exit_code(&e))),
+            Err(e) => {
+                tally.failure = Some((super::describe(&e), super::exit_code(&e)));
+                bad_line = None;
+            }
         }
     }
     let flushed = publisher.flush();
@@ -284,10 +300,34 @@ pub fn run(args: PubArgs) -> ExitCode {
     if let (Err(e), None) = (&flushed, &tally.failure) {
         tally.failure = Some((super::describe(e), super::exit_code(e)));
     }
+    if bad_line.is_some() {
+        if let Some(refusal) = tally.refusal.clone() {
+            // a row before the bad line was refused: that is the first thing to fix
+            tally.failure = Some(refusal);
+            bad_line = None;
+        } else if flushed.is_err() {
+            // the rows before the bad line may not all have landed: the account below applies
+            bad_line = None;
+        }
+    }
     progress.finish(tally.rows_acked, bytes_read);
     let rows_acked = tally.rows_acked;
     let _ = publisher.close();
     let secs = start.elapsed().as_secs_f64();
+    if let (Some((msg, code)), Some(line), Ok(())) = (&tally.failure, bad_line, &flushed) {
+        // a bad input line: every frame before it was answered by the flush above
+        eprintln!(
+            "corecast pub: {msg}. Nothing from line {line} on was sent; the {rows_acked} row{} before it {} acknowledged{}",
+            if rows_acked == 1 { "" } else { "s" },
+            if rows_acked == 1 { "was" } else { "were" },
+            if args.publisher.is_some() {
+                "; fix the line and rerun the same command with the same --publisher: the server skips rows that already landed".to_string()
+            } else {
+                format!("; fix the line and publish from it on (e.g. `tail -n +{line} FILE | corecast pub URL -`)")
+            }
+        );
+        return ExitCode::from(*code);
+    }
     if let Some((msg, code)) = tally.failure {
         // frames pipelined behind the failed one may have landed without an answer: say so,
         // and how to resume without duplicates
@@ -298,7 +338,7 @@ pub fn run(args: PubArgs) -> ExitCode {
             if args.publisher.is_some() {
                 "; rerun the same command with the same --publisher: the server skips rows that already landed"
             } else {
-                "; to resume a file without duplicates publish with --publisher ID (the server then skips rows that already landed)"
+                "; to be able to resume a file without duplicates, publish with --publisher ID to a stream declared with exactly_once = true (the server then skips rows that already landed)"
             }
         );
         return ExitCode::from(code);
@@ -327,6 +367,8 @@ struct Tally {
     first_offset: Option<u64>,
     last_offset: Option<u64>,
     failure: Option<(String, u8)>,
+    /// The first frame the server refused (also `failure`, unless a local failure came first).
+    refusal: Option<(String, u8)>,
 }
 
 impl Tally {
@@ -345,12 +387,15 @@ impl Tally {
                     }
                 }
                 Err(e) => {
-                    if self.failure.is_none() {
+                    if self.refusal.is_none() {
                         let what = line_range(f.first_line, f.last_line);
-                        self.failure = Some((
+                        self.refusal = Some((
                             format!("{what}: {}", super::describe(&e)),
                             super::exit_code(&e),
                         ));
+                    }
+                    if self.failure.is_none() {
+                        self.failure = self.refusal.clone();
                     }
                 }
             }

@@ -3,7 +3,7 @@
 //! Per stream (label `stream`, the declared names only): rows in, frames and bytes out,
 //! subscribers by transport (`websocket`, `sse`, `pull` long polls waiting), publishers, the
 //! commit latency histogram (time in `Buffer::append`, measured by the writer), the lag of the
-//! furthest-behind SSE reader, readers dropped for being too slow. Per process: refusals by close
+//! furthest-behind subscriber (WebSocket or SSE), readers dropped for being too slow. Per process: refusals by close
 //! code (a fixed set of codes, the rest counted as `other`), connections, open SSE streams, the
 //! I/O driver, uptime. Every label value comes from a bounded set, so the series count is
 //! `streams × a constant`.
@@ -213,7 +213,7 @@ pub fn render(shared: &Shared) -> String {
         &mut o,
         "corecast_subscriber_lag_rows",
         "gauge",
-        "Rows between the committed end and the furthest-behind SSE reader's cursor.",
+        "Rows between the committed end and the cursor of the furthest-behind subscriber (WebSocket or SSE).",
         &|i| {
             let st = &streams[i];
             st.stats

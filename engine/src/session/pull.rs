@@ -130,12 +130,13 @@ pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, client: Client<'_>) -> Op
             .cloned()
             .ok_or_else(|| err(404, "not_found", &format!("no such stream: {name}")))
     };
-    let allowed: &[&str] = match parts.as_slice() {
-        [_, "latest"] => &["limit"],
-        [_, "rows"] => &["cursor", "limit", "wait", "where", "from"],
-        _ => &[],
+    let allowed: Option<&[&str]> = match parts.as_slice() {
+        [""] | [_] | [_, ""] => Some(&[]),
+        [_, "latest"] => Some(&["limit"]),
+        [_, "rows"] => Some(&["cursor", "limit", "wait", "where", "from"]),
+        _ => None, // no endpoint: the 404 below says so, whatever the query
     };
-    if let Some(detail) = super::route::unknown_params(&q, allowed) {
+    if let Some(detail) = allowed.and_then(|a| super::route::unknown_params_listed(&q, a)) {
         return Some(Answer::Respond(err(400, "bad_request", &detail)));
     }
     let resp = match parts.as_slice() {
@@ -486,13 +487,19 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
             },
             (None, None | Some("earliest")) => earliest,
             (None, Some("latest")) => head0,
-            (None, Some(v)) => {
-                return Answer::Respond(err(
-                    400,
-                    "bad_request",
-                    &format!("from={v}: use latest or earliest"),
-                ))
-            }
+            (None, Some(v)) => match super::route::parse_py_int(v) {
+                Some(0) => earliest,
+                Some(n) if (1..=i64::MAX as i128).contains(&n) => n as u64,
+                _ => {
+                    return Answer::Respond(err(
+                        400,
+                        "bad_request",
+                        &format!(
+                            "from={v}: use earliest, latest or an offset (an integer in 0..=2^63-1; 0 means the earliest held)"
+                        ),
+                    ))
+                }
+            },
         };
     let mut missing = None;
     if next < earliest {

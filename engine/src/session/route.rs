@@ -55,6 +55,17 @@ pub fn unknown_params(q: &Query, allowed: &[&str]) -> Option<String> {
     (!unknown.is_empty()).then(|| format!("unknown query parameter(s): {}", unknown.join(", ")))
 }
 
+/// [`unknown_params`] followed by the keys the endpoint takes, for HTTP answers (a WebSocket
+/// close reason has room for the short form only: 123 bytes).
+pub fn unknown_params_listed(q: &Query, allowed: &[&str]) -> Option<String> {
+    let takes = if allowed.is_empty() {
+        "none".to_string()
+    } else {
+        allowed.join(", ")
+    };
+    unknown_params(q, allowed).map(|m| format!("{m} (this endpoint takes: {takes})"))
+}
+
 /// Parses an offset the way Python's `int()` does (surrounding whitespace, a sign, `_` between
 /// digits), which is what the reference accepts (`+5`, ` 5 `, `5_000`).
 pub fn parse_py_int(s: &str) -> Option<i128> {

@@ -39,7 +39,7 @@ use corecast_net::rt::{self, FrameVec, ReadHalf, WriteHalf};
 use corecast_net::sse;
 
 use super::deliver::{gather, write, Rendering};
-use super::route::{parse_py_int, unknown_params};
+use super::route::{parse_py_int, unknown_params_listed};
 use crate::config::HttpApiConfig;
 use crate::fanout::signal::Signal;
 use crate::filter::Filter;
@@ -283,7 +283,7 @@ pub async fn serve(
         return;
     };
     let q = Query::parse(req.query.as_bytes());
-    let refusal = unknown_params(&q, &["offset", "where", "lastEventId"]).or_else(|| {
+    let refusal = unknown_params_listed(&q, &["offset", "where", "lastEventId"]).or_else(|| {
         (q.contains("offset") && !st.durable())
             .then(|| format!("offset= needs a log; stream {name} is live only (not_durable)"))
     });
