@@ -543,6 +543,8 @@ fn get_stats_is_200_json_listing_the_streams() {
         b"GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".to_vec(),
     );
     assert_eq!(resp.status, 200, "{resp:?}");
+    // the server closes after one response, and says so (RFC 9112 §9.6)
+    assert_eq!(resp.header("connection"), Some("close"), "{resp:?}");
     let v = resp.json();
     let streams = v["streams"].as_array().expect("streams array");
     let names: Vec<&str> = streams.iter().filter_map(|s| s["name"].as_str()).collect();

@@ -305,7 +305,7 @@ fn response_head_exact_bytes() {
     assert_eq!(
         bytes,
         b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
-          date: Mon, 30 Nov 2026 23:35:45 GMT\r\ncontent-length: 2\r\n\r\n{}"
+          date: Mon, 30 Nov 2026 23:35:45 GMT\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}"
     );
     assert_eq!(
         ResponseHead::new(204).finish_head(),
@@ -331,7 +331,7 @@ fn json_errors() {
         br#"{"error":{"code":"forbidden","message":"no","retryable":false,"operation_id":null}}"#;
     let expected = [
         format!(
-            "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
             body.len()
         )
         .as_bytes(),

@@ -124,6 +124,14 @@ fn every_refusal_and_its_status() {
             400,
         ),
         (
+            GOOD.replace(
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Key: AAAAAAAAAAAAAAAAAAAAAA==\r\n",
+            ),
+            HandshakeError::RepeatedKey { count: 2 },
+            400,
+        ),
+        (
             GOOD.replace(KEY, "not base64!!"),
             HandshakeError::BadKey {
                 key: "not base64!!".into(),

@@ -69,8 +69,11 @@ impl ResponseHead {
         self
     }
 
-    /// Ends the head with `content-length: <body.len()>` and appends the body.
+    /// Ends the head with `connection: close` and `content-length: <body.len()>`, and appends
+    /// the body. corecast answers one request per connection and closes it after the response,
+    /// which RFC 9112 §9.6 asks a server to announce with `connection: close`.
     pub fn finish(mut self, body: &[u8]) -> Vec<u8> {
+        self.buf.extend_from_slice(b"connection: close\r\n");
         self.buf.extend_from_slice(b"content-length: ");
         json_text::write_u64(body.len() as u64, &mut self.buf);
         self.buf.extend_from_slice(b"\r\n\r\n");
@@ -155,6 +158,5 @@ pub fn not_found(path: &str) -> Vec<u8> {
 pub fn http_error_response(err: &HttpError) -> Vec<u8> {
     ResponseHead::new(err.status())
         .header("content-type", "application/json")
-        .header("connection", "close")
         .finish(&json_error_body(err.code(), &err.to_string(), false))
 }

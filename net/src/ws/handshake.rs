@@ -52,6 +52,13 @@ pub enum HandshakeError {
     /// No `Sec-WebSocket-Key` (§4.2.1 item 5). 400.
     #[error("missing Sec-WebSocket-Key")]
     MissingKey,
+    /// `Sec-WebSocket-Key` sent more than once (§11.3.1: it "MUST NOT appear more than once
+    /// in an HTTP request"). 400.
+    #[error("Sec-WebSocket-Key sent {count} times; send it once")]
+    RepeatedKey {
+        /// How many times it was sent.
+        count: usize,
+    },
     /// `Sec-WebSocket-Key` is not base64 of exactly 16 bytes (§4.1). 400.
     #[error("Sec-WebSocket-Key {key:?} is not base64 of 16 bytes")]
     BadKey {
@@ -70,6 +77,7 @@ impl HandshakeError {
             HandshakeError::NoConnectionUpgrade => 400,
             HandshakeError::UnsupportedVersion { .. } => 426,
             HandshakeError::MissingKey => 400,
+            HandshakeError::RepeatedKey { .. } => 400,
             HandshakeError::BadKey { .. } => 400,
         }
     }
@@ -83,7 +91,6 @@ impl HandshakeError {
             head = head.header("Sec-WebSocket-Version", WEBSOCKET_VERSION);
         }
         head.header("content-type", "application/json")
-            .header("connection", "close")
             .finish(&json_error_body("bad_handshake", &self.to_string(), false))
     }
 }
@@ -115,6 +122,10 @@ pub fn validate_upgrade(req: &Request) -> Result<String, HandshakeError> {
         return Err(HandshakeError::UnsupportedVersion {
             version: req.header("sec-websocket-version").map(str::to_owned),
         });
+    }
+    let count = req.headers_all("sec-websocket-key").count();
+    if count > 1 {
+        return Err(HandshakeError::RepeatedKey { count });
     }
     let key = req
         .header("sec-websocket-key")
