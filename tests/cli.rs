@@ -480,3 +480,27 @@ fn exactly_once_publish_resumes_after_the_mark() {
         Ok(_) => panic!("nope was served"),
     }
 }
+
+/// A slow `pub` keeps its connection through the server's keepalive (here a ping after 1 s of
+/// silence, the close 1 s later): between rows it waits answering pings instead of sleeping,
+/// so rows 2.5 s apart all land on one connection.
+#[test]
+fn a_slow_pub_answers_keepalive_pings_between_rows() {
+    let setup = Setup::new();
+    let cfg = setup.config(
+        "[websocket]\nping_interval_s = 1\nping_timeout_s = 1\n[[stream]]\nname = \"slow\"\nschema = \"@trade\"\n",
+    );
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let url = server.url("slow");
+    let out = corecast_run(
+        &["pub", &url, "--batch", "1", "--rate", "0.4"],
+        Some(rows(1, 3).as_bytes()),
+        T,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("published 3 rows") && out.stderr.contains("offsets 1..=3"),
+        "{}",
+        out.stderr
+    );
+}

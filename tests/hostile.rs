@@ -833,3 +833,87 @@ fn a_ping_flood_that_never_reads_is_answered_with_the_latest_pong_only() {
         still_fine(&mut srv, &mut w);
     }
 }
+
+/// Keepalive (PROTOCOL.md §1, uvicorn's 20 s ping / 20 s timeout; here 1 s each): a peer that
+/// has been silent is pinged; one that does not answer — a subscriber that never reads, a
+/// publisher stopped in the middle of a frame — is closed with 1011 `keepalive ping timeout`
+/// and its socket let go; one that answers the pings stays, and is served.
+#[test]
+fn silent_peers_are_pinged_then_closed_1011_and_answering_ones_stay() {
+    let setup = Setup::new();
+    let cfg = setup.config(&format!(
+        "[websocket]\nping_interval_s = 1\nping_timeout_s = 1\n{CONFIG}"
+    ));
+    let srv = Server::start(Some(&cfg), &setup.data(), &[]);
+
+    /// Reads frames up to the close, noting the pings; the close's code and reason.
+    fn pinged_then_closed(raw: &mut Raw) -> (usize, u16, String) {
+        let mut pings = 0;
+        loop {
+            let f = raw.frame();
+            match f.opcode {
+                0x9 => pings += 1,
+                0x8 => {
+                    let code = u16::from_be_bytes([f.payload[0], f.payload[1]]);
+                    let reason = String::from_utf8(f.payload[2..].to_vec()).unwrap();
+                    return (pings, code, reason);
+                }
+                op => panic!("unexpected opcode {op:#x}"),
+            }
+        }
+    }
+    let t0 = Instant::now();
+    // a subscriber that reads but never answers
+    let mut silent = Raw::upgrade(&srv, "trades");
+    // a publisher stopped in the middle of a frame: 10 of its 100 payload bytes sent
+    let mut stuck = Raw::upgrade(&srv, "live?publish");
+    let whole = frame(0x81, &[b' '; 100], Some(MASK));
+    stuck.send(&whole[..whole.len() - 90]);
+    // a subscriber that answers every ping
+    let mut alive = Raw::upgrade(&srv, "live");
+    let answering = thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(4);
+        let mut pings = 0;
+        while Instant::now() < deadline {
+            let f = alive.frame();
+            assert_eq!(f.opcode, 0x9, "only pings before the row: {f:?}");
+            alive.send(&frame(0x8A, &f.payload, Some(MASK)));
+            pings += 1;
+        }
+        (alive, pings)
+    });
+    for (name, raw) in [("subscriber", &mut silent), ("publisher", &mut stuck)] {
+        let (pings, code, reason) = pinged_then_closed(raw);
+        assert_eq!(pings, 1, "{name}: one ping per silence");
+        assert_eq!(
+            (code, reason.as_str()),
+            (1011, "keepalive ping timeout"),
+            "{name}"
+        );
+        raw.expect_end();
+    }
+    let elapsed = t0.elapsed();
+    assert!(
+        elapsed >= Duration::from_secs(2) && elapsed < Duration::from_secs(8),
+        "closed after {elapsed:?}, want interval + timeout = 2 s"
+    );
+    let (mut alive, pings) = answering.join().expect("answering subscriber");
+    assert!(pings >= 2, "pinged every second while silent: {pings}");
+    // still served: a row published now reaches it
+    let mut publ = ws_connect(&srv.url("live?publish"));
+    let _ = recv_text(&mut publ);
+    publ.send(tungstenite::Message::text(r#"{"k":1}"#)).unwrap();
+    assert!(recv_text(&mut publ).starts_with(r#"{"ok":"#));
+    loop {
+        let f = alive.frame();
+        if f.opcode == 0x9 {
+            alive.send(&frame(0x8A, &f.payload, Some(MASK)));
+            continue;
+        }
+        assert_eq!(f.opcode, 0x1);
+        assert!(String::from_utf8(f.payload)
+            .unwrap()
+            .ends_with(r#"{"k":1}]"#));
+        break;
+    }
+}

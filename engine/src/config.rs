@@ -21,6 +21,7 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -43,6 +44,35 @@ pub struct Config {
     pub echo: bool,
     /// SSE and HTTP pull API settings (top-level `cursor_key`, `cursor_ttl_s`, `[sse]`).
     pub http_api: HttpApiConfig,
+    /// WebSocket keepalive (`[websocket]`); `None` when `ping_interval_s = 0`.
+    pub keepalive: Option<KeepaliveConfig>,
+}
+
+/// WebSocket keepalive, as the reference server (uvicorn) does it (`../shared/PROTOCOL.md` §1):
+/// a connection the server has heard nothing from for `interval` is pinged, and one still
+/// silent `timeout` after the ping is closed with 1011 `keepalive ping timeout`. Any complete
+/// frame from the peer (a row, a pong, a ping) counts as hearing from it.
+///
+/// ```toml
+/// [websocket]
+/// ping_interval_s = 20   # 0 turns keepalive off
+/// ping_timeout_s = 20
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeepaliveConfig {
+    /// Silence after which the server pings.
+    pub interval: Duration,
+    /// Silence after the ping after which the server closes.
+    pub timeout: Duration,
+}
+
+impl Default for KeepaliveConfig {
+    fn default() -> Self {
+        KeepaliveConfig {
+            interval: Duration::from_secs(20),
+            timeout: Duration::from_secs(20),
+        }
+    }
 }
 
 /// Settings of the SSE endpoint and the HTTP pull API.
@@ -155,6 +185,14 @@ struct RawConfig {
     cursor_key: Option<String>,
     cursor_ttl_s: Option<i64>,
     sse: Option<RawSse>,
+    websocket: Option<RawWebsocket>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWebsocket {
+    ping_interval_s: Option<i64>,
+    ping_timeout_s: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -208,6 +246,7 @@ impl Config {
             )],
             echo: false,
             http_api: HttpApiConfig::default(),
+            keepalive: Some(KeepaliveConfig::default()),
         }
     }
 
@@ -362,12 +401,25 @@ impl Config {
                 api.sse_retry_ms = n;
             }
         }
+        let mut keepalive = KeepaliveConfig::default();
+        let mut keepalive_on = true;
+        if let Some(ws) = raw.websocket {
+            match within(ws.ping_interval_s, "websocket.ping_interval_s", 0, 86_400)? {
+                Some(0) => keepalive_on = false,
+                Some(n) => keepalive.interval = Duration::from_secs(n),
+                None => {}
+            }
+            if let Some(n) = within(ws.ping_timeout_s, "websocket.ping_timeout_s", 1, 86_400)? {
+                keepalive.timeout = Duration::from_secs(n);
+            }
+        }
         Ok(Config {
             listen,
             data_dir,
             streams,
             echo: false,
             http_api: api,
+            keepalive: keepalive_on.then_some(keepalive),
         })
     }
 }
@@ -407,6 +459,44 @@ mod tests {
         assert!(c.streams[0].schema_json.is_some());
         assert!(!c.streams[1].durable);
         assert_eq!(c.data_dir, d.path().join("data"));
+    }
+
+    #[test]
+    fn websocket_keepalive_defaults_to_the_reference_and_can_be_off() {
+        let d = tempfile::tempdir().unwrap();
+        let load = |extra: &str| {
+            let p = write(
+                d.path(),
+                "k.toml",
+                &format!("{extra}[[stream]]\nname = \"t\"\n"),
+            );
+            Config::load(&p)
+        };
+        let twenty = Duration::from_secs(20);
+        let default = Some(KeepaliveConfig {
+            interval: twenty,
+            timeout: twenty,
+        });
+        assert_eq!(load("").unwrap().keepalive, default);
+        assert_eq!(Config::embedded_default().keepalive, default);
+        let set = load("[websocket]\nping_interval_s = 5\nping_timeout_s = 3\n").unwrap();
+        assert_eq!(
+            set.keepalive,
+            Some(KeepaliveConfig {
+                interval: Duration::from_secs(5),
+                timeout: Duration::from_secs(3),
+            })
+        );
+        assert_eq!(
+            load("[websocket]\nping_interval_s = 0\n")
+                .unwrap()
+                .keepalive,
+            None
+        );
+        let e = load("[websocket]\nping_timeout_s = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("websocket.ping_timeout_s"), "{e}");
     }
 
     #[test]

@@ -260,6 +260,7 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         writer_senders,
         pool.sender(),
         cfg.echo,
+        cfg.keepalive,
     ));
     let core_ids = core_affinity::get_core_ids().unwrap_or_default();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();

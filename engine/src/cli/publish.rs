@@ -274,7 +274,15 @@ pub fn run(args: PubArgs) -> ExitCode {
                     Duration::try_from_secs_f64(rows_sent as f64 / rate).unwrap_or(Duration::MAX);
                 let elapsed = start.elapsed();
                 if due > elapsed {
-                    std::thread::sleep(due - elapsed);
+                    // not a plain sleep: pings from the server's keepalive are answered
+                    if let Err(e) = publisher.idle(due - elapsed) {
+                        tally.settle();
+                        if tally.failure.is_none() {
+                            tally.failure = Some((super::describe(&e), super::exit_code(&e)));
+                        }
+                        break;
+                    }
+                    tally.settle();
                 }
             }
         }

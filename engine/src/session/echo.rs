@@ -23,6 +23,7 @@ pub async fn run(mut ws: WsReader, mut wr: WriteHalf) {
                 encode_pong(&p, None, &mut out);
                 false
             }
+            WsIn::Pong => continue,
             WsIn::Close { code } => {
                 match code {
                     Some(c) => encode_close(Some(CloseCode(c)), "", None, &mut out),

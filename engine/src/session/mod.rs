@@ -6,6 +6,7 @@
 pub mod conn;
 pub mod deliver;
 pub mod echo;
+pub mod keepalive;
 pub mod metrics;
 pub mod pong;
 pub mod publisher;

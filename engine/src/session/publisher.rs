@@ -16,16 +16,18 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use corecast_net::protocol::reply::{Offsets, Reply};
 use corecast_net::protocol::ServerMessage;
 use corecast_net::rt::{self, WriteHalf};
 use corecast_net::ws::close::CloseCode;
-use corecast_net::ws::frame::{encode_close, frame_in_place, OpCode};
+use corecast_net::ws::frame::{encode_close, encode_ping, frame_in_place, OpCode};
 use corecast_storage::json;
 use sonic_rs::{JsonContainerTrait, JsonValueTrait, Value};
 
+use super::deliver::WRITE_STALL_TIMEOUT;
+use super::keepalive::{self, Due, Keepalive};
 use super::pong::OwedPong;
 use super::ws_io::{WsIn, WsReader, LINGER};
 use crate::commit::writer::{Append, AppendReply, WriterMsg};
@@ -48,7 +50,6 @@ enum Pending {
     Owed(flume::Receiver<AppendReply>),
 }
 
-#[derive(Default)]
 struct PubState {
     queue: RefCell<VecDeque<Pending>>,
     /// Replies queued and not yet written (`queue`'s length; the reader pauses at
@@ -56,6 +57,8 @@ struct PubState {
     owed: Cell<usize>,
     /// The pong owed for the latest ping, written before the next replies.
     pong: OwedPong,
+    /// When to ping the peer, and when to give up on it.
+    keepalive: Keepalive,
     replier: Signal,
     reader: Signal,
     reader_busy: Cell<bool>,
@@ -96,7 +99,22 @@ pub async fn run(
     wr: WriteHalf,
     eo: Option<ExactlyOnce>,
 ) {
-    let state = Rc::new(PubState::default());
+    let state = Rc::new(PubState {
+        queue: RefCell::default(),
+        owed: Cell::new(0),
+        pong: OwedPong::default(),
+        keepalive: Keepalive::new(ctx.shared.keepalive),
+        replier: Signal::default(),
+        reader: Signal::default(),
+        reader_busy: Cell::new(false),
+        reader_done: Cell::new(false),
+        reader_exited: Cell::new(false),
+        exited: Signal::default(),
+        close: RefCell::new(None),
+        dead: Cell::new(false),
+        ending: Signal::default(),
+        gone: Cell::new(false),
+    });
     stream.stats.publishers.fetch_add(1, Ordering::Relaxed);
     ctx.shared.publishers_open.fetch_add(1, Ordering::SeqCst);
     let eo = eo.map(Rc::new);
@@ -145,6 +163,7 @@ async fn read_loop(
         if ctx.shutting_down() || superseded(eo.as_deref()) {
             break;
         }
+        state.keepalive.heard();
         match ev {
             WsIn::Message { data, .. } => {
                 if data.len() > stream.cfg.max_message_bytes {
@@ -169,6 +188,7 @@ async fn read_loop(
                 state.pong.owe(p);
                 state.replier.raise();
             }
+            WsIn::Pong => {}
             WsIn::Close { code } => {
                 let code = code.unwrap_or(1000);
                 *state.close.borrow_mut() = Some((code, String::new()));
@@ -351,6 +371,15 @@ mod reply {
 async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Option<&ExactlyOnce>) {
     let mut out: Vec<u8> = Vec::with_capacity(4096);
     loop {
+        // keepalive: a ping when the peer has been silent, the close when it stayed silent
+        match state.keepalive.check(Instant::now()) {
+            Due::TimedOut => {
+                *state.close.borrow_mut() = Some((1011, keepalive::TIMEOUT_REASON.into()));
+                break;
+            }
+            Due::Ping(_) => encode_ping(&[], None, &mut out),
+            Due::Wait(_) => {}
+        }
         // the pong owed first, then every reply that is ready, front to back
         state.pong.take_into(&mut out);
         loop {
@@ -389,7 +418,14 @@ async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Opt
         }
         if !out.is_empty() {
             state.reader.raise();
-            let (res, back) = wr.write_all(std::mem::take(&mut out)).await;
+            // a peer that takes nothing for WRITE_STALL_TIMEOUT is given up on, as a
+            // subscriber is: its replies cannot be delivered
+            let write = wr.write_all(std::mem::take(&mut out));
+            let Some((res, back)) = rt::timeout(WRITE_STALL_TIMEOUT, write).await else {
+                state.gone.set(true);
+                state.end_reading();
+                return;
+            };
             out = back;
             out.clear();
             if res.is_err() {

@@ -14,12 +14,14 @@ use std::cell::Cell;
 use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use corecast_net::rt::{self, FrameVec, WriteHalf};
 use corecast_net::ws::close::CloseCode;
-use corecast_net::ws::frame::encode_close;
+use corecast_net::ws::frame::{encode_close, encode_ping};
 
 use super::deliver::{gather, write, Rendering};
+use super::keepalive::{self, Due, Keepalive};
 use super::pong::OwedPong;
 use super::ws_io::{WsIn, WsReader, LINGER};
 use crate::fanout::signal::Signal;
@@ -28,10 +30,11 @@ use crate::registry::Stream;
 use crate::replay::ReplayJob;
 use crate::shard::ShardCtx;
 
-#[derive(Default)]
 struct SubState {
     /// The pong owed for the latest ping, written before the next frames.
     pong: OwedPong,
+    /// When to ping the peer, and when to give up on it.
+    keepalive: Keepalive,
     peer_close: Cell<Option<(u16, bool)>>,
     gone: Cell<bool>,
     /// Raised when the session is over (its close written, or the peer gone): the reader task
@@ -58,7 +61,13 @@ pub async fn run(
     filter: Option<Filter>,
     signal: Rc<Signal>,
 ) {
-    let state = Rc::new(SubState::default());
+    let state = Rc::new(SubState {
+        pong: OwedPong::default(),
+        keepalive: Keepalive::new(ctx.shared.keepalive),
+        peer_close: Cell::new(None),
+        gone: Cell::new(false),
+        ended: Signal::default(),
+    });
     stream.stats.subscribers.fetch_add(1, Ordering::Relaxed);
     // the reader task holds the signal weakly: a peer that never sends must not keep the
     // session counted as live (shutdown waits for live sessions)
@@ -92,8 +101,9 @@ async fn read_loop(mut ws: WsReader, state: Rc<SubState>, signal: Weak<Signal>) 
     };
     // until the session ends; then the socket is only drained (below)
     while let Some(ev) = ws.next_until(state.ended.wait()).await {
+        state.keepalive.heard();
         match ev {
-            WsIn::Message { .. } => {}
+            WsIn::Message { .. } | WsIn::Pong => {}
             WsIn::Ping(p) => {
                 state.pong.owe(p);
                 raise();
@@ -195,6 +205,17 @@ async fn serve(
         }
         let mut frames = 0u64;
         let owed_from = next;
+        // keepalive: a ping when the peer has been silent, the close when it stayed silent
+        let wake_by = match state.keepalive.check(Instant::now()) {
+            Due::TimedOut => return Some((1011, keepalive::TIMEOUT_REASON.into())),
+            Due::Ping(by) => {
+                let mut ping = Vec::with_capacity(2);
+                encode_ping(&[], None, &mut ping);
+                fv.push(bytes::Bytes::from(ping));
+                by
+            }
+            Due::Wait(by) => by,
+        };
         // the owed pong first
         if state.pong.is_owed() {
             let mut pong = Vec::with_capacity(127);
@@ -266,6 +287,11 @@ async fn serve(
         {
             return Some((1001, "server shutting down".into()));
         }
-        signal.wait().await;
+        if state.keepalive.is_on() {
+            let until_keepalive = wake_by.saturating_duration_since(Instant::now());
+            rt::timeout(until_keepalive, signal.wait()).await;
+        } else {
+            signal.wait().await;
+        }
     }
 }

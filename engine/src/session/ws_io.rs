@@ -36,6 +36,8 @@ pub enum WsIn {
     },
     /// A ping to answer with a pong carrying this payload.
     Ping(Vec<u8>),
+    /// A pong (an answer to our keepalive ping, or unsolicited).
+    Pong,
     /// The peer's close frame.
     Close {
         /// Its code, if the payload had one.
@@ -106,7 +108,7 @@ impl WsReader {
                     return WsIn::Message { binary, data }
                 }
                 Ok(Some(Received::Ping(p))) => return WsIn::Ping(p),
-                Ok(Some(Received::Pong)) => continue,
+                Ok(Some(Received::Pong)) => return WsIn::Pong,
                 Ok(Some(Received::Close { code, .. })) => {
                     return WsIn::Close {
                         code: code.map(|c| c.0),

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use corecast_net::rt::{self, Driver, Listener};
 
 use crate::commit::writer::WriterMsg;
+use crate::config::KeepaliveConfig;
 use crate::fanout::batch::FrameBatch;
 use crate::fanout::ring::Hub;
 use crate::fanout::signal::Signal;
@@ -57,6 +58,8 @@ pub struct Shared {
     pub replay: ReplaySender,
     /// Serve `/_echo`.
     pub echo: bool,
+    /// WebSocket keepalive for publishers and subscribers; `None`: off.
+    pub keepalive: Option<KeepaliveConfig>,
     /// Open publisher connections, all shards (shutdown closes subscribers after they drain).
     pub publishers_open: AtomicI64,
     /// Open connections, all shards.
@@ -73,12 +76,14 @@ impl Shared {
         writers: Vec<crossbeam_channel::Sender<WriterMsg>>,
         replay: ReplaySender,
         echo: bool,
+        keepalive: Option<KeepaliveConfig>,
     ) -> Shared {
         Shared {
             registry,
             writers,
             replay,
             echo,
+            keepalive,
             publishers_open: AtomicI64::new(0),
             connections: AtomicI64::new(0),
             shutting_down: AtomicBool::new(false),

@@ -133,6 +133,13 @@ impl Publisher {
         rt.block_on(p.send_batch(rows))
     }
 
+    /// Waits `d` while keeping the connection alive (replies settle, keepalive pings are
+    /// answered): see [`super::Publisher::idle`]. Use it instead of sleeping between sends.
+    pub fn idle(&mut self, d: std::time::Duration) -> Result<(), ClientError> {
+        let (rt, p) = self.parts();
+        rt.block_on(p.idle(d))
+    }
+
     /// Pipelines one row (waits only while the window is full).
     pub fn submit(&mut self, row: &str) -> Result<Pending, ClientError> {
         let (rt, p) = self.parts();

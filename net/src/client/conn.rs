@@ -2,11 +2,12 @@
 //! messages in (pings answered, pongs skipped), and the greeting.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use sonic_rs::{JsonContainerTrait, JsonValueTrait, Value};
 
 use super::{ClientError, Greeting, PublisherMark};
-use crate::rt::{Conn, ReadHalf, WriteHalf};
+use crate::rt::{Conn, ReadHalf, Watched, WriteHalf};
 use crate::ws::close::CloseCode;
 use crate::ws::frame::{encode_close, encode_frame, encode_pong, FrameLimits, OpCode};
 use crate::ws::handshake::{check_response, client_key, client_request, ClientHandshakeError};
@@ -14,6 +15,10 @@ use crate::ws::receiver::{ReceiveError, Received, Receiver};
 
 /// Bytes to leave free before each read.
 const READ_ROOM: usize = 64 * 1024;
+
+/// Most bytes [`WsConn::watch`] reads ahead while it waits (then it stops reading until the
+/// wait ends).
+const WATCH_HELD_MAX: usize = 1 << 20;
 
 /// A xorshift64* generator for masking keys and handshake nonces (RFC 6455 asks for
 /// unpredictable keys against proxy cache poisoning; this client talks to its own broker).
@@ -150,26 +155,42 @@ impl WsConn {
     /// The next message or close. Answers pings on the way.
     pub(crate) async fn recv(&mut self) -> Result<Incoming, ClientError> {
         loop {
-            let event = self.rx.next_event().map_err(|e| match e {
-                ReceiveError::Frame(e) => {
-                    ClientError::Protocol(format!("bad frame from the server: {e}"))
+            if let Some(incoming) = self.try_recv().await? {
+                return Ok(incoming);
+            }
+            let (n, buf) = fill(&mut self.r, self.rx.take_buffer()).await;
+            self.rx.put_buffer(buf);
+            if n? == 0 {
+                return Err(ClientError::ConnectionLost(
+                    "the server went away without a close frame".into(),
+                ));
+            }
+        }
+    }
+
+    /// The next message or close among the bytes already read, answering the pings before it;
+    /// `None` when a read is needed. A frame that breaks RFC 6455 is answered with the close
+    /// code it calls for (1002, 1007, 1009: RFC 6455 §7.1.7) and returned as an error.
+    pub(crate) async fn try_recv(&mut self) -> Result<Option<Incoming>, ClientError> {
+        loop {
+            let event = match self.rx.next_event() {
+                Ok(event) => event,
+                Err(e) => {
+                    self.send_close(e.close_code().0).await;
+                    return Err(match e {
+                        ReceiveError::Frame(e) => {
+                            ClientError::Protocol(format!("bad frame from the server: {e}"))
+                        }
+                        ReceiveError::Message(e) => {
+                            ClientError::Protocol(format!("bad message from the server: {e}"))
+                        }
+                    });
                 }
-                ReceiveError::Message(e) => {
-                    ClientError::Protocol(format!("bad message from the server: {e}"))
-                }
-            })?;
+            };
             match event {
-                None => {
-                    let (n, buf) = fill(&mut self.r, self.rx.take_buffer()).await;
-                    self.rx.put_buffer(buf);
-                    if n? == 0 {
-                        return Err(ClientError::ConnectionLost(
-                            "the server went away without a close frame".into(),
-                        ));
-                    }
-                }
+                None => return Ok(None),
                 Some(Received::Pong) => {}
-                Some(Received::Message { data, .. }) => return Ok(Incoming::Message(data)),
+                Some(Received::Message { data, .. }) => return Ok(Some(Incoming::Message(data))),
                 Some(Received::Ping(p)) => {
                     let mask = self.rng.mask();
                     let mut out = std::mem::take(&mut self.out);
@@ -183,10 +204,24 @@ impl WsConn {
                     let code = code.map(|c| c.0);
                     // echo the close (best effort) and stop
                     self.send_close(code.unwrap_or(1000)).await;
-                    return Ok(Incoming::Close(code, reason));
+                    return Ok(Some(Incoming::Close(code, reason)));
                 }
             }
         }
+    }
+
+    /// Waits `d`, reading what the server sends meanwhile into the receive buffer (for
+    /// [`WsConn::try_recv`]); `false` when the server closed the connection. Cancel-safe: a
+    /// read cut short by the deadline still hands over its bytes
+    /// ([`crate::rt::ReadHalf::watch_while`]).
+    pub(crate) async fn watch(&mut self, d: Duration) -> bool {
+        let mut held = Vec::new();
+        let watched = self
+            .r
+            .watch_while(&mut held, WATCH_HELD_MAX, crate::rt::sleep(d))
+            .await;
+        self.rx.extend(&held);
+        watched != Watched::Closed
     }
 
     /// Sends one text message, masked.
