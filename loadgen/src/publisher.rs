@@ -63,6 +63,10 @@ struct State {
     sent_at: RefCell<VecDeque<Instant>>,
     writer_done: Cell<bool>,
     wake_writer: Notify,
+    /// The payload of the latest ping from the server not answered yet (its keepalive).
+    pong: RefCell<Option<Vec<u8>>>,
+    /// Raised with `pong`: wakes a writer pacing its rate.
+    wake_pong: Notify,
     result: RefCell<PubResult>,
 }
 
@@ -81,6 +85,8 @@ pub async fn run(
         sent_at: RefCell::new(VecDeque::with_capacity(plan.window)),
         writer_done: Cell::new(false),
         wake_writer: Notify::default(),
+        pong: RefCell::new(None),
+        wake_pong: Notify::default(),
         result: RefCell::new(PubResult {
             ack_latency: Some(Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap()),
             ..PubResult::default()
@@ -191,6 +197,23 @@ async fn write_frames(
         if total_frames.is_some_and(|t| sent_frames >= t) {
             break;
         }
+        // the server's keepalive ping first: a publisher paced slower than its interval must
+        // still answer
+        let pong = st.pong.borrow_mut().take();
+        if let Some(p) = pong {
+            out.clear();
+            client_frame(OpCode::Pong, &p, &mut keys, &mut out);
+            let (res, back) = wr.write_all(std::mem::take(&mut out)).await;
+            out = back;
+            if let Err(e) = res {
+                let mut r = st.result.borrow_mut();
+                r.errors += 1;
+                r.first_error
+                    .get_or_insert(format!("publisher {} write: {e}", plan.id));
+                shared.abort.store(true, Relaxed);
+                return None;
+            }
+        }
         let room = plan.window - st.in_flight.get();
         if room == 0 {
             st.wake_writer.wait().await;
@@ -220,7 +243,8 @@ async fn write_frames(
             if owed == 0 {
                 let next = t0 + iv.mul_f64(sent_frames as f64);
                 let wait = next.saturating_duration_since(now);
-                rt::sleep(wait.max(Duration::from_micros(100))).await;
+                // (a ping wakes it early)
+                rt::timeout(wait.max(Duration::from_micros(100)), st.wake_pong.wait()).await;
                 continue;
             }
             n = n.min(owed);
@@ -308,7 +332,12 @@ async fn read_replies(st: Rc<State>, shared: Arc<Shared>, mut rd: ReadHalf, mut 
                     }
                     return;
                 }
-                Frame::Ping(_) | Frame::Skip => {}
+                Frame::Ping(p) => {
+                    *st.pong.borrow_mut() = Some(p);
+                    st.wake_writer.notify();
+                    st.wake_pong.notify();
+                }
+                Frame::Skip => {}
             }
         }
         if pos > 0 {
