@@ -11,6 +11,8 @@
 //! the connection: one writer task and one reader task (pings, the peer's close).
 
 use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -146,6 +148,10 @@ async fn serve(
     let lag = stream.stats.lag.register(next);
     let mut fv = FrameVec::new();
     let max_backlog = stream.cfg.max_backlog;
+    // keepalive: one timer, armed for the next instant something may be due and re-armed only
+    // when it fires — not a timer (nor a clock read) per wake-up on the fan-out path
+    let mut keepalive_check = state.keepalive.is_on();
+    let mut keepalive_tick: Option<Pin<Box<dyn Future<Output = ()>>>> = None;
     loop {
         if state.gone.get() {
             return None;
@@ -206,16 +212,21 @@ async fn serve(
         let mut frames = 0u64;
         let owed_from = next;
         // keepalive: a ping when the peer has been silent, the close when it stayed silent
-        let wake_by = match state.keepalive.check(Instant::now()) {
-            Due::TimedOut => return Some((1011, keepalive::TIMEOUT_REASON.into())),
-            Due::Ping(by) => {
-                let mut ping = Vec::with_capacity(2);
-                encode_ping(&[], None, &mut ping);
-                fv.push(bytes::Bytes::from(ping));
-                by
-            }
-            Due::Wait(by) => by,
-        };
+        if keepalive_check {
+            keepalive_check = false;
+            let now = Instant::now();
+            let by = match state.keepalive.check(now) {
+                Due::TimedOut => return Some((1011, keepalive::TIMEOUT_REASON.into())),
+                Due::Ping(by) => {
+                    let mut ping = Vec::with_capacity(2);
+                    encode_ping(&[], None, &mut ping);
+                    fv.push(bytes::Bytes::from(ping));
+                    by
+                }
+                Due::Wait(by) => by,
+            };
+            keepalive_tick = Some(Box::pin(rt::sleep(by.saturating_duration_since(now))));
+        }
         // the owed pong first
         if state.pong.is_owed() {
             let mut pong = Vec::with_capacity(127);
@@ -287,11 +298,13 @@ async fn serve(
         {
             return Some((1001, "server shutting down".into()));
         }
-        if state.keepalive.is_on() {
-            let until_keepalive = wake_by.saturating_duration_since(Instant::now());
-            rt::timeout(until_keepalive, signal.wait()).await;
-        } else {
-            signal.wait().await;
+        match keepalive_tick.as_mut() {
+            Some(tick) => {
+                if rt::until(signal.wait(), tick.as_mut()).await.is_none() {
+                    keepalive_check = true;
+                }
+            }
+            None => signal.wait().await,
         }
     }
 }
