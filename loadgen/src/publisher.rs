@@ -167,6 +167,28 @@ fn itoa_buf(mut v: u64) -> Digits {
     }
 }
 
+/// Writes `out` (handing the buffer back); on a failed write records the error and stops the
+/// run. Returns whether the write went through.
+async fn write_or_abort(
+    plan: &PubPlan,
+    st: &State,
+    shared: &Shared,
+    wr: &mut WriteHalf,
+    out: &mut Vec<u8>,
+) -> bool {
+    let (res, back) = wr.write_all(std::mem::take(out)).await;
+    *out = back;
+    if let Err(e) = res {
+        let mut r = st.result.borrow_mut();
+        r.errors += 1;
+        r.first_error
+            .get_or_insert(format!("publisher {} write: {e}", plan.id));
+        shared.abort.store(true, Relaxed);
+        return false;
+    }
+    true
+}
+
 async fn write_frames(
     plan: &PubPlan,
     st: &Rc<State>,
@@ -203,14 +225,7 @@ async fn write_frames(
         if let Some(p) = pong {
             out.clear();
             client_frame(OpCode::Pong, &p, &mut keys, &mut out);
-            let (res, back) = wr.write_all(std::mem::take(&mut out)).await;
-            out = back;
-            if let Err(e) = res {
-                let mut r = st.result.borrow_mut();
-                r.errors += 1;
-                r.first_error
-                    .get_or_insert(format!("publisher {} write: {e}", plan.id));
-                shared.abort.store(true, Relaxed);
+            if !write_or_abort(plan, st, shared, &mut wr, &mut out).await {
                 return None;
             }
         }
@@ -286,14 +301,7 @@ async fn write_frames(
                 q.push_back(now);
             }
         }
-        let (res, back) = wr.write_all(std::mem::take(&mut out)).await;
-        out = back;
-        if let Err(e) = res {
-            let mut r = st.result.borrow_mut();
-            r.errors += 1;
-            r.first_error
-                .get_or_insert(format!("publisher {} write: {e}", plan.id));
-            shared.abort.store(true, Relaxed);
+        if !write_or_abort(plan, st, shared, &mut wr, &mut out).await {
             return None;
         }
         let mut r = st.result.borrow_mut();

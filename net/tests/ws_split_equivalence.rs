@@ -318,34 +318,29 @@ fn offending_byte(payload: &[u8]) -> Option<usize> {
 struct Gen<'p> {
     rng: Rng,
     pool: &'p str,
-    limit: u64,
-    wire: Vec<u8>,
-    spans: Vec<Span>,
-    seen: Vec<(Seen, usize)>,
-    end: Option<Expected>,
-    leftover: usize,
-    log: Vec<String>,
+    /// What is generated so far.
+    case: Case,
 }
 
 impl Gen<'_> {
     fn dead(&self) -> bool {
-        self.end.is_some()
+        self.case.end.is_some()
     }
 
     /// Records an event the reader must report, unless the stream already ended.
     fn saw(&mut self, s: Seen, span: Span) {
         if !self.dead() {
-            self.seen.push((s, span.end - 1));
+            self.case.seen.push((s, span.end - 1));
         }
     }
 
     /// Ends the intended stream with `fail`, unless it already ended.
     fn fail(&mut self, fail: Fail, earliest: usize, latest: usize) {
         if !self.dead() {
-            self.log.push(format!(
+            self.case.log.push(format!(
                 "  ^ expected {fail:?} in bytes {earliest}..={latest}"
             ));
-            self.end = Some(Expected::Failed {
+            self.case.end = Some(Expected::Failed {
                 fail,
                 earliest,
                 latest,
@@ -376,7 +371,7 @@ impl Gen<'_> {
             94..=95 => self.rng.range(65538, FRAME_CAP as usize),
             _ => self.rng.range(0, 300),
         };
-        n.min(max).min(self.limit as usize)
+        n.min(max).min(self.case.limit as usize)
     }
 
     fn form(&mut self, len: u64) -> Form {
@@ -396,15 +391,15 @@ impl Gen<'_> {
 
     /// Appends a header declaring `len` bytes in `form`.
     fn header(&mut self, b0: u8, mask: Option<[u8; 4]>, len: u64, form: Form) -> Span {
-        let start = self.wire.len();
-        put_header(&mut self.wire, b0, mask, len, form);
+        let start = self.case.wire.len();
+        put_header(&mut self.case.wire, b0, mask, len, form);
         let span = Span {
             start,
-            header_end: self.wire.len(),
-            end: self.wire.len(),
+            header_end: self.case.wire.len(),
+            end: self.case.wire.len(),
         };
-        self.spans.push(span);
-        self.log.push(format!(
+        self.case.spans.push(span);
+        self.case.log.push(format!(
             "{start}: b0={b0:#04x} masked={} len={len} header={}",
             mask.is_some(),
             span.header_end - start
@@ -420,9 +415,9 @@ impl Gen<'_> {
 
     fn frame_in(&mut self, b0: u8, mask: Option<[u8; 4]>, payload: &[u8], form: Form) -> Span {
         let mut span = self.header(b0, mask, payload.len() as u64, form);
-        put_payload(&mut self.wire, mask, payload);
-        span.end = self.wire.len();
-        *self.spans.last_mut().unwrap() = span;
+        put_payload(&mut self.case.wire, mask, payload);
+        span.end = self.case.wire.len();
+        *self.case.spans.last_mut().unwrap() = span;
         span
     }
 
@@ -527,7 +522,7 @@ impl Gen<'_> {
                 let span = self.frame(b0(true, 0, OpCode::Close.bits()), Some(k), &p);
                 self.saw(Seen::Close { code, reason }, span);
                 if !self.dead() {
-                    self.end = Some(Expected::Closed { last: span.end - 1 });
+                    self.case.end = Some(Expected::Closed { last: span.end - 1 });
                 }
             }
             0..=53 => {
@@ -559,8 +554,8 @@ impl Gen<'_> {
             _ if self.rng.chance(55) => 1,
             _ => self.rng.range(2, 5),
         };
-        let limit = self.limit as usize;
-        let cap = self.limit.min(FRAME_CAP) as usize;
+        let limit = self.case.limit as usize;
+        let cap = self.case.limit.min(FRAME_CAP) as usize;
         let mut budget = limit;
         let mut lens = Vec::with_capacity(frags);
         for _ in 0..frags {
@@ -640,7 +635,7 @@ impl Gen<'_> {
                 (Some(MsgFault::TooBig), _) if fin => {
                     let fail = Fail::Message(ProtocolViolation::MessageTooBig {
                         bytes: total as u64,
-                        limit: self.limit,
+                        limit: self.case.limit,
                     });
                     self.fail(fail, span.start, span.end - 1);
                 }
@@ -682,7 +677,9 @@ impl Gen<'_> {
         let data_op = [OpCode::Text, OpCode::Binary, OpCode::Continuation];
         match self.rng.below(20) {
             0..=6 => self.message(Some(MsgFault::Utf8)),
-            7 if self.limit < MESSAGE_BYTES_MAX_DEFAULT => self.message(Some(MsgFault::TooBig)),
+            7 if self.case.limit < MESSAGE_BYTES_MAX_DEFAULT => {
+                self.message(Some(MsgFault::TooBig))
+            }
             7 => self.message(Some(MsgFault::Utf8)),
             8 => self.message(Some(MsgFault::DataInside)),
             9 => {
@@ -782,9 +779,9 @@ impl Gen<'_> {
             _ => {
                 let op = self.rng.pick(&data_op);
                 let len = match self.rng.below(4) {
-                    0 => self.limit + 1,
-                    1 => self.limit + 1 + self.rng.below(1000),
-                    2 => self.limit + 1 + self.rng.below(1 << 40),
+                    0 => self.case.limit + 1,
+                    1 => self.case.limit + 1 + self.rng.below(1000),
+                    2 => self.case.limit + 1 + self.rng.below(1 << 40),
                     _ => u64::MAX >> 1,
                 };
                 let form = self.form(len);
@@ -792,7 +789,7 @@ impl Gen<'_> {
                 let span = self.header(b0(fin, 0, op.bits()), Some(k), len, form);
                 let fail = Fail::Frame(FrameError::TooBig {
                     len,
-                    limit: self.limit,
+                    limit: self.case.limit,
                 });
                 self.fail(fail, span.start, span.header_end - 1);
             }
@@ -815,17 +812,19 @@ fn generate(rng: Rng, pool: &str) -> Case {
     let mut g = Gen {
         rng,
         pool,
-        limit: MESSAGE_BYTES_MAX_DEFAULT,
-        wire: Vec::new(),
-        spans: Vec::new(),
-        seen: Vec::new(),
-        end: None,
-        leftover: 0,
-        log: Vec::new(),
+        case: Case {
+            limit: MESSAGE_BYTES_MAX_DEFAULT,
+            wire: Vec::new(),
+            spans: Vec::new(),
+            seen: Vec::new(),
+            end: None,
+            leftover: 0,
+            log: Vec::new(),
+        },
     };
     if g.rng.chance(15) {
         // A small limit, so fragmented messages outgrow it.
-        g.limit = match g.rng.below(3) {
+        g.case.limit = match g.rng.below(3) {
             0 => g.rng.pick(&[125, 126, 127, 1000, 65535, 65536]),
             _ => g.rng.range(128, 70_000) as u64,
         };
@@ -853,7 +852,7 @@ fn generate(rng: Rng, pool: &str) -> Case {
                 let (p, code, reason) = g.close_payload();
                 let span = g.frame(b0(true, 0, OpCode::Close.bits()), Some(k), &p);
                 g.saw(Seen::Close { code, reason }, span);
-                g.end = Some(Expected::Closed { last: span.end - 1 });
+                g.case.end = Some(Expected::Closed { last: span.end - 1 });
             }
             2 => {
                 // A valid frame cut short: reading stops open with it buffered.
@@ -874,9 +873,9 @@ fn generate(rng: Rng, pool: &str) -> Case {
                 };
                 let span = g.frame(b0(true, 0, op.bits()), Some(k), &p);
                 let cut = g.rng.range(span.start + 1, span.end - 1);
-                g.wire.truncate(cut);
-                g.leftover = cut - span.start;
-                g.log.push(format!("  cut at {cut}"));
+                g.case.wire.truncate(cut);
+                g.case.leftover = cut - span.start;
+                g.case.log.push(format!("  cut at {cut}"));
             }
             _ => {}
         }
@@ -893,18 +892,10 @@ fn generate(rng: Rng, pool: &str) -> Case {
         if g.rng.chance(30) {
             let n = g.rng.range(1, 20);
             let junk = g.rng.bytes(n);
-            g.wire.extend(junk);
+            g.case.wire.extend(junk);
         }
     }
-    Case {
-        limit: g.limit,
-        wire: g.wire,
-        spans: g.spans,
-        seen: g.seen,
-        end: g.end,
-        leftover: g.leftover,
-        log: g.log,
-    }
+    g.case
 }
 
 /// Cut points for one way of splitting the stream into reads.

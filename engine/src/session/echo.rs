@@ -7,6 +7,7 @@ use corecast_net::ws::close::CloseCode;
 use corecast_net::ws::frame::{encode_close, encode_frame, encode_pong, OpCode};
 
 use super::ws_io::{WsIn, WsReader};
+use corecast_net::ws::receiver::Received;
 
 /// Echoes until the peer closes or breaks the protocol.
 pub async fn run(mut ws: WsReader, mut wr: WriteHalf) {
@@ -14,21 +15,18 @@ pub async fn run(mut ws: WsReader, mut wr: WriteHalf) {
     loop {
         out.clear();
         let done = match ws.next().await {
-            WsIn::Message { binary, data } => {
+            WsIn::Frame(Received::Message { binary, data }) => {
                 let op = if binary { OpCode::Binary } else { OpCode::Text };
                 encode_frame(true, op, &data, None, &mut out);
                 false
             }
-            WsIn::Ping(p) => {
+            WsIn::Frame(Received::Ping(p)) => {
                 encode_pong(&p, None, &mut out);
                 false
             }
-            WsIn::Pong => continue,
-            WsIn::Close { code } => {
-                match code {
-                    Some(c) => encode_close(Some(CloseCode(c)), "", None, &mut out),
-                    None => encode_close(None, "", None, &mut out),
-                }
+            WsIn::Frame(Received::Pong) => continue,
+            WsIn::Frame(Received::Close { code, .. }) => {
+                encode_close(code, "", None, &mut out);
                 true
             }
             WsIn::Violation { code, reason } => {

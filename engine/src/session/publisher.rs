@@ -34,6 +34,7 @@ use crate::commit::writer::{Append, AppendReply, WriterMsg};
 use crate::fanout::signal::Signal;
 use crate::registry::{Claim, Stream};
 use crate::shard::ShardCtx;
+use corecast_net::ws::receiver::Received;
 
 /// An exactly-once publisher's identity on this connection.
 pub struct ExactlyOnce {
@@ -165,7 +166,7 @@ async fn read_loop(
         }
         state.keepalive.heard();
         match ev {
-            WsIn::Message { data, .. } => {
+            WsIn::Frame(Received::Message { data, .. }) => {
                 if data.len() > stream.cfg.max_message_bytes {
                     let reason = format!(
                         "{{\"error\":\"too_big\",\"size\":{},\"limit\":{},\"stream\":{}}}",
@@ -184,13 +185,13 @@ async fn read_loop(
                     state.reader.wait().await;
                 }
             }
-            WsIn::Ping(p) => {
+            WsIn::Frame(Received::Ping(p)) => {
                 state.pong.owe(p);
                 state.replier.raise();
             }
-            WsIn::Pong => {}
-            WsIn::Close { code } => {
-                let code = code.unwrap_or(1000);
+            WsIn::Frame(Received::Pong) => {}
+            WsIn::Frame(Received::Close { code, .. }) => {
+                let code = code.map_or(1000, |c| c.0);
                 *state.close.borrow_mut() = Some((code, String::new()));
                 break;
             }

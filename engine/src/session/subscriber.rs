@@ -31,6 +31,7 @@ use crate::filter::Filter;
 use crate::registry::Stream;
 use crate::replay::ReplayJob;
 use crate::shard::ShardCtx;
+use corecast_net::ws::receiver::Received;
 
 struct SubState {
     /// The pong owed for the latest ping, written before the next frames.
@@ -105,13 +106,15 @@ async fn read_loop(mut ws: WsReader, state: Rc<SubState>, signal: Weak<Signal>) 
     while let Some(ev) = ws.next_until(state.ended.wait()).await {
         state.keepalive.heard();
         match ev {
-            WsIn::Message { .. } | WsIn::Pong => {}
-            WsIn::Ping(p) => {
+            WsIn::Frame(Received::Message { .. } | Received::Pong) => {}
+            WsIn::Frame(Received::Ping(p)) => {
                 state.pong.owe(p);
                 raise();
             }
-            WsIn::Close { code } => {
-                state.peer_close.set(Some((code.unwrap_or(1000), true)));
+            WsIn::Frame(Received::Close { code, .. }) => {
+                state
+                    .peer_close
+                    .set(Some((code.map_or(1000, |c| c.0), true)));
                 raise();
                 return;
             }

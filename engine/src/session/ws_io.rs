@@ -27,22 +27,8 @@ pub const LINGER: Duration = Duration::from_secs(2);
 /// One thing the peer sent, or why reading ended.
 #[derive(Debug)]
 pub enum WsIn {
-    /// A complete data message (text is valid UTF-8).
-    Message {
-        /// Sent as binary.
-        binary: bool,
-        /// The payload.
-        data: Vec<u8>,
-    },
-    /// A ping to answer with a pong carrying this payload.
-    Ping(Vec<u8>),
-    /// A pong (an answer to our keepalive ping, or unsolicited).
-    Pong,
-    /// The peer's close frame.
-    Close {
-        /// Its code, if the payload had one.
-        code: Option<u16>,
-    },
+    /// A message, ping, pong or the peer's close frame.
+    Frame(Received),
     /// The peer broke RFC 6455 or a limit: close with this code and reason.
     Violation {
         /// Close code (1002, 1007, 1009).
@@ -99,21 +85,12 @@ impl WsReader {
         corecast_net::rt::until(self.next(), stop).await
     }
 
-    /// The next event. After [`WsIn::Close`], [`WsIn::Violation`] or [`WsIn::Gone`] nothing more
+    /// The next event. After the peer's close, [`WsIn::Violation`] or [`WsIn::Gone`] nothing more
     /// should be asked.
     pub async fn next(&mut self) -> WsIn {
         loop {
             match self.rx.next_event() {
-                Ok(Some(Received::Message { binary, data })) => {
-                    return WsIn::Message { binary, data }
-                }
-                Ok(Some(Received::Ping(p))) => return WsIn::Ping(p),
-                Ok(Some(Received::Pong)) => return WsIn::Pong,
-                Ok(Some(Received::Close { code, .. })) => {
-                    return WsIn::Close {
-                        code: code.map(|c| c.0),
-                    }
-                }
+                Ok(Some(frame)) => return WsIn::Frame(frame),
                 Err(e) => return violation(e.close_code().0, e.to_string()),
                 Ok(None) => {}
             }
