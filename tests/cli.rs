@@ -299,6 +299,20 @@ fn pub_sub_tail_and_refusals() {
         line.contains("line 3") && line.contains("rejected") && line.contains("price"),
         "{line}"
     );
+    assert!(
+        line.contains("2 rows before it were acknowledged; 0 rows sent after it landed too"),
+        "{line}"
+    );
+    // frames pipelined behind a refused one land; the count says so, apart
+    let input = format!("{}{{\"event_ts\":1}}\n{}", rows(21, 21), rows(22, 22));
+    let out = corecast_run(&["pub", &url, "--batch", "1"], Some(input.as_bytes()), T);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    let line = one_line(&out.stderr);
+    assert!(
+        line.contains("line 2")
+            && line.contains("1 row before it was acknowledged; 1 row sent after it landed too"),
+        "{line}"
+    );
     let out = corecast_run(&["pub", &url], Some(b"{\"a\":\nnot json\n"), T);
     assert_eq!(out.code, Some(4), "{}", out.stderr);
     assert!(one_line(&out.stderr).contains("line 1"), "{}", out.stderr);
@@ -315,7 +329,10 @@ fn pub_sub_tail_and_refusals() {
         line.contains("Nothing from line 3 on was sent; the 2 rows before it were acknowledged"),
         "{line}"
     );
-    assert!(line.contains("tail -n +3 FILE"), "{line}");
+    assert!(
+        line.contains("tail -n +3 FILE | corecast pub URL`"),
+        "{line}"
+    );
 
     // exactly-once on a stream without it: 4412
     let out = corecast_run(
@@ -503,4 +520,55 @@ fn a_slow_pub_answers_keepalive_pings_between_rows() {
         "{}",
         out.stderr
     );
+}
+
+/// `pub` reading a pipe that pauses (a live feed): each row is sent when the input pauses —
+/// not held until a batch fills — and the connection survives the server's keepalive (a ping
+/// after 1 s of silence, the close 1 s later) because `pub` answers pings while it waits.
+#[test]
+fn pub_from_a_pausing_pipe_sends_each_row_promptly_and_keeps_its_connection() {
+    use std::io::Write;
+    let setup = Setup::new();
+    let cfg = setup.config(
+        "[websocket]\nping_interval_s = 1\nping_timeout_s = 1\n[[stream]]\nname = \"feed\"\nschema = \"@trade\"\n",
+    );
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let url = server.url("feed");
+    // a subscriber that reads all the time (so it answers its own pings)
+    let (tx, arrived) = std::sync::mpsc::channel();
+    let sub_url = url.clone();
+    std::thread::spawn(move || {
+        let mut sub = blocking::connect(&sub_url, SubscribeOptions::default()).unwrap();
+        tx.send(None).unwrap();
+        while let Ok(Some(row)) = sub.next() {
+            if tx.send(row.offset).is_err() {
+                return;
+            }
+        }
+    });
+    assert_eq!(arrived.recv_timeout(T), Ok(None), "subscribed");
+    let mut child = Command::new(corecast_bin())
+        .args(["pub", &url])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for i in 1..=3 {
+        stdin.write_all(rows(i, i).as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        // the row arrives though the default batch (100 rows) is far from full
+        let offset = arrived
+            .recv_timeout(Duration::from_secs(2))
+            .expect("the row arrives while pub waits for more input");
+        assert_eq!(offset, Some(i as u64));
+        // longer than ping interval + timeout: pub must answer the pings
+        std::thread::sleep(Duration::from_millis(2500));
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("published 3 rows"), "{stderr}");
 }

@@ -51,7 +51,8 @@ pub struct Config {
 /// WebSocket keepalive, as the reference server (uvicorn) does it (`../shared/PROTOCOL.md` §1):
 /// a connection the server has heard nothing from for `interval` is pinged, and one still
 /// silent `timeout` after the ping is closed with 1011 `keepalive ping timeout`. Any complete
-/// frame from the peer (a row, a pong, a ping) counts as hearing from it.
+/// message or control frame from the peer (a row, a pong, a ping) counts as hearing from it; a
+/// fragment of a message does not.
 ///
 /// ```toml
 /// [websocket]

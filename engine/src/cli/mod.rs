@@ -4,6 +4,7 @@
 //! Every failure is one line on stderr naming the cause, and the exit status says which kind
 //! ([`EXIT_CODES_HELP`]).
 
+pub mod input;
 pub mod publish;
 pub mod sub;
 pub mod tail;

@@ -10,6 +10,14 @@ use clap::Args;
 use corecast_net::client::{blocking, ClientError, Pending, PublishOptions};
 use corecast_storage::json::JsonError;
 
+use super::input::{InputLines, Next};
+
+/// How long `pub` waits for the next input line before it treats the input as paused and sends
+/// the rows it holds (a batch not yet full): brief, so a file's batches stay full.
+const INPUT_GRACE: Duration = Duration::from_millis(5);
+/// How long `pub` then waits, answering the server's pings, before looking at the input again.
+const INPUT_POLL: Duration = Duration::from_millis(20);
+
 /// Arguments of `corecast pub`.
 #[derive(Args, Debug)]
 #[command(after_help = concat!(
@@ -122,7 +130,7 @@ pub fn run(args: PubArgs) -> ExitCode {
         }
     }
     let from_stdin = args.file.as_ref().is_none_or(|f| f.as_os_str() == "-");
-    let (input, total_bytes): (Box<dyn BufRead>, Option<u64>) = if from_stdin {
+    let (input, total_bytes): (Box<dyn BufRead + Send>, Option<u64>) = if from_stdin {
         (Box::new(std::io::BufReader::new(std::io::stdin())), None)
     } else {
         let path = args.file.as_ref().expect("file");
@@ -189,22 +197,53 @@ pub fn run(args: PubArgs) -> ExitCode {
 
     // the input line that stopped the publish (not a JSON object); nothing from it on is sent
     let mut bad_line: Option<u64> = None;
-    let mut lines = input.lines();
+    let lines = match InputLines::spawn(input) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("corecast pub: cannot start the input reader: {e}");
+            return ExitCode::from(super::EXIT_LOCAL);
+        }
+    };
     let mut line_no = 0u64;
     let mut last_line_in_batch = 0u64;
     loop {
         if tally.failure.is_some() {
             break;
         }
-        let line = match lines.next() {
-            None => break,
-            Some(Ok(l)) => l,
-            Some(Err(e)) => {
+        let line = match lines.next_within(INPUT_GRACE) {
+            Next::Line(l) => l,
+            Next::End => break,
+            Next::Failed(e) => {
                 tally.failure = Some((
                     format!("cannot read input at line {}: {e}", line_no + 1),
                     super::EXIT_LOCAL,
                 ));
                 break;
+            }
+            Next::Paused => {
+                // the input is quiet (a pipe): send the rows read so far rather than hold
+                // them, and wait for more answering the server's keepalive pings
+                if !batch.is_empty() {
+                    let n = batch.len() as u64;
+                    if let Err(e) = submit(
+                        &mut publisher,
+                        &mut batch,
+                        batch_first_line,
+                        last_line_in_batch,
+                        &mut tally.in_flight,
+                    ) {
+                        tally.fail_with(&e);
+                        break;
+                    }
+                    rows_sent += n;
+                }
+                if let Err(e) = publisher.idle(INPUT_POLL) {
+                    tally.fail_with(&e);
+                    break;
+                }
+                tally.settle();
+                progress.draw(rows_sent, bytes_read, false);
+                continue;
             }
         };
         line_no += 1;
@@ -260,10 +299,7 @@ pub fn run(args: PubArgs) -> ExitCode {
                 last_line_in_batch,
                 &mut tally.in_flight,
             ) {
-                tally.settle();
-                if tally.failure.is_none() {
-                    tally.failure = Some((super::describe(&e), super::exit_code(&e)));
-                }
+                tally.fail_with(&e);
                 break;
             }
             rows_sent += n;
@@ -276,10 +312,7 @@ pub fn run(args: PubArgs) -> ExitCode {
                 if due > elapsed {
                     // not a plain sleep: pings from the server's keepalive are answered
                     if let Err(e) = publisher.idle(due - elapsed) {
-                        tally.settle();
-                        if tally.failure.is_none() {
-                            tally.failure = Some((super::describe(&e), super::exit_code(&e)));
-                        }
+                        tally.fail_with(&e);
                         break;
                     }
                     tally.settle();
@@ -331,18 +364,32 @@ pub fn run(args: PubArgs) -> ExitCode {
             if args.publisher.is_some() {
                 "; fix the line and rerun the same command with the same --publisher: the server skips rows that already landed".to_string()
             } else {
-                format!("; fix the line and publish from it on (e.g. `tail -n +{line} FILE | corecast pub URL -`)")
+                format!("; fix the line and publish from it on (e.g. `tail -n +{line} FILE | corecast pub URL`)")
             }
         );
         return ExitCode::from(*code);
     }
     if let Some((msg, code)) = tally.failure {
-        // frames pipelined behind the failed one may have landed without an answer: say so,
-        // and how to resume without duplicates
+        // what landed: before a refused frame exactly (frames settle in order); after it,
+        // frames pipelined behind may have landed too
+        let landed = match tally.acked_before_refusal {
+            Some(before) if tally.refusal.as_ref().is_some_and(|r| r.0 == msg) => {
+                let after = rows_acked - before;
+                format!(
+                    "{before} row{} before it {} acknowledged; {after} row{} sent after it landed too",
+                    if before == 1 { "" } else { "s" },
+                    if before == 1 { "was" } else { "were" },
+                    if after == 1 { "" } else { "s" },
+                )
+            }
+            _ => format!(
+                "{rows_acked} row{} acknowledged; rows sent after {} may have landed too without an acknowledgement",
+                if rows_acked == 1 { " was" } else { "s were" },
+                if rows_acked == 1 { "it" } else { "them" },
+            ),
+        };
         eprintln!(
-            "corecast pub: {msg}. {rows_acked} row{} acknowledged; rows sent after {} may have landed too without an acknowledgement{}",
-            if rows_acked == 1 { " was" } else { "s were" },
-            if rows_acked == 1 { "it" } else { "them" },
+            "corecast pub: {msg}. {landed}{}",
             if args.publisher.is_some() {
                 "; rerun the same command with the same --publisher: the server skips rows that already landed"
             } else {
@@ -356,11 +403,17 @@ pub fn run(args: PubArgs) -> ExitCode {
             (Some(a), Some(b)) => format!(", offsets {a}..={b}"),
             _ => String::new(),
         };
+        let rate = rows_acked as f64 / secs.max(1e-6);
+        // slow publishes (--rate 0.5) keep their digits; fast ones print whole rows
+        let rate = if rate < 10.0 {
+            format!("{rate:.2}")
+        } else {
+            format!("{rate:.0}")
+        };
         eprintln!(
-            "corecast pub: published {rows_acked} row{} to {}{offsets} in {secs:.2}s ({:.0} rows/s)",
+            "corecast pub: published {rows_acked} row{} to {}{offsets} in {secs:.2}s ({rate} rows/s)",
             if rows_acked == 1 { "" } else { "s" },
             args.url,
-            rows_acked as f64 / secs.max(1e-6)
         );
     }
     ExitCode::from(super::EXIT_OK)
@@ -377,9 +430,19 @@ struct Tally {
     failure: Option<(String, u8)>,
     /// The first frame the server refused (also `failure`, unless a local failure came first).
     refusal: Option<(String, u8)>,
+    /// Rows acknowledged before the first refused frame.
+    acked_before_refusal: Option<u64>,
 }
 
 impl Tally {
+    /// Settles what was answered, then records `e` as the failure unless one came first.
+    fn fail_with(&mut self, e: &ClientError) {
+        self.settle();
+        if self.failure.is_none() {
+            self.failure = Some((super::describe(e), super::exit_code(e)));
+        }
+    }
+
     /// Settles every answered frame at the front; records the first refusal.
     fn settle(&mut self) {
         while self.in_flight.front().is_some_and(|f| f.pending.is_done()) {
@@ -396,6 +459,7 @@ impl Tally {
                 }
                 Err(e) => {
                     if self.refusal.is_none() {
+                        self.acked_before_refusal = Some(self.rows_acked);
                         let what = line_range(f.first_line, f.last_line);
                         self.refusal = Some((
                             format!("{what}: {}", super::describe(&e)),

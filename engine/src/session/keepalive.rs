@@ -2,8 +2,10 @@
 //!
 //! The reference server (uvicorn, `../shared/PROTOCOL.md` §1) pings every 20 s and drops a
 //! peer that has not answered 20 s later. corecast does the same per connection with the
-//! figures of [`KeepaliveConfig`], counting *any* complete frame from the peer as hearing from
-//! it (a publisher sending rows is alive; a subscriber answers the ping with a pong). Without
+//! figures of [`KeepaliveConfig`], counting any complete message or control frame from the peer
+//! as hearing from it (a publisher sending rows is alive; a subscriber answers the ping with a
+//! pong). A subscriber is checked when it waits for rows, so one sent rows without pause is
+//! left to the write timeout (`deliver::WRITE_STALL_TIMEOUT`). Without
 //! it a peer that vanished (a host gone without a FIN) on a quiet stream, or one that stopped
 //! in the middle of a frame, would hold its socket and its buffers for good.
 //!
@@ -58,7 +60,7 @@ impl Keepalive {
         self.cfg.is_some()
     }
 
-    /// A complete frame arrived from the peer: it is alive.
+    /// A complete message or control frame arrived from the peer: it is alive.
     pub fn heard(&self) {
         self.heard.set(Instant::now());
         self.pinged.set(None);
