@@ -545,6 +545,19 @@ fn get_stats_is_200_json_listing_the_streams() {
     assert_eq!(resp.status, 200, "{resp:?}");
     // the server closes after one response, and says so (RFC 9112 §9.6)
     assert_eq!(resp.header("connection"), Some("close"), "{resp:?}");
+    // HEAD: the same head, no body (RFC 9110 §9.3.2)
+    for path in ["/stats", "/metrics", "/v1/streams/trades"] {
+        let mut raw = Raw::connect(&srv);
+        raw.send(format!("HEAD {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").as_bytes());
+        raw.expect_end();
+        let text = String::from_utf8(raw.buf.clone()).unwrap();
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{path}: {text}");
+        assert!(text.contains("\r\ncontent-length: "), "{path}: {text}");
+        assert!(
+            text.ends_with("\r\n\r\n"),
+            "{path}: a body came back: {text}"
+        );
+    }
     let v = resp.json();
     let streams = v["streams"].as_array().expect("streams array");
     let names: Vec<&str> = streams.iter().filter_map(|s| s["name"].as_str()).collect();

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use corecast_net::http::request::{parse_request, HttpLimits, Request};
-use corecast_net::http::response::{http_error_response, json_error, ResponseHead};
+use corecast_net::http::response::{head_only, http_error_response, json_error, ResponseHead};
 use corecast_net::protocol::greeting::{Greeting, PublisherMark};
 use corecast_net::protocol::ServerMessage;
 use corecast_net::rt::{self, Conn, WriteHalf};
@@ -92,6 +92,12 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             // the client closed its connection while a long poll waited: nothing to answer
             Some(pull::Answer::ClientGone) => return,
             None => plain_http(ctx, &req, &name),
+        };
+        // HEAD: the GET answer's head alone (RFC 9110 §9.3.2: every server supports HEAD)
+        let resp = if req.method == "HEAD" {
+            head_only(resp)
+        } else {
+            resp
         };
         let _ = wr.write_all(resp).await;
         let _ = wr.shutdown().await;
@@ -309,14 +315,14 @@ async fn refuse(mut wr: WriteHalf, mut out: Vec<u8>, r: Refusal) {
 
 fn plain_http(ctx: &ShardCtx, req: &Request, name: &str) -> Vec<u8> {
     match (req.method.as_str(), name) {
-        ("GET", "stats") => {
+        ("GET" | "HEAD", "stats") => {
             let body = stats::render(&ctx.shared);
             ResponseHead::new(200)
                 .header("content-type", "application/json")
                 .header("cache-control", "no-cache")
                 .finish(body.as_bytes())
         }
-        ("GET", "metrics") => ResponseHead::new(200)
+        ("GET" | "HEAD", "metrics") => ResponseHead::new(200)
             .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
             .header("cache-control", "no-cache")
             .finish(metrics::render(&ctx.shared).as_bytes()),

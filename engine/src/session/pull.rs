@@ -115,11 +115,11 @@ pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, client: Client<'_>) -> Op
     } else {
         path.strip_prefix("/v1/streams/")?
     };
-    if req.method != "GET" {
+    if req.method != "GET" && req.method != "HEAD" {
         return Some(Answer::Respond(err(
             405,
             "method_not_allowed",
-            "the pull API answers GET only",
+            "the pull API answers GET (and HEAD) only",
         )));
     }
     let q = Query::parse(req.query.as_bytes());

@@ -89,6 +89,15 @@ impl ResponseHead {
     }
 }
 
+/// The answer to a HEAD request from the GET answer `response`: its status line and headers
+/// (`content-length` included: the length the GET body has), no body (RFC 9110 §9.3.2).
+pub fn head_only(mut response: Vec<u8>) -> Vec<u8> {
+    if let Some(end) = response.windows(4).position(|w| w == b"\r\n\r\n") {
+        response.truncate(end + 4);
+    }
+    response
+}
+
 /// `unix_secs` as an IMF-fixdate (RFC 9110 §5.6.7), e.g. `Mon, 30 Nov 2026 23:35:45 GMT`.
 pub fn http_date(unix_secs: u64) -> String {
     const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
