@@ -167,33 +167,11 @@ pub fn run(args: PubArgs) -> ExitCode {
         total_bytes,
     };
     let batch_max = args.batch as usize;
-    let mut batch: Vec<String> = Vec::with_capacity(batch_max);
-    let mut batch_first_line = 0u64;
+    let mut batch = Batch::new(batch_max);
     let mut rows_seen = 0u64; // non-blank lines read (= seq of the last one)
-    let mut rows_sent = 0u64;
     let mut bytes_read = 0u64;
     let mut tally = Tally::default();
     let start = Instant::now();
-
-    let submit = |publisher: &mut blocking::Publisher,
-                  batch: &mut Vec<String>,
-                  first_line: u64,
-                  last_line: u64,
-                  in_flight: &mut VecDeque<InFlight>|
-     -> Result<(), ClientError> {
-        let pending = if batch.len() == 1 && batch_max == 1 {
-            publisher.submit(&batch[0])?
-        } else {
-            publisher.submit_batch(batch)?
-        };
-        in_flight.push_back(InFlight {
-            pending,
-            first_line,
-            last_line,
-        });
-        batch.clear();
-        Ok(())
-    };
 
     // the input line that stopped the publish (not a JSON object); nothing from it on is sent
     let mut bad_line: Option<u64> = None;
@@ -205,7 +183,6 @@ pub fn run(args: PubArgs) -> ExitCode {
         }
     };
     let mut line_no = 0u64;
-    let mut last_line_in_batch = 0u64;
     loop {
         if tally.failure.is_some() {
             break;
@@ -223,26 +200,15 @@ pub fn run(args: PubArgs) -> ExitCode {
             Next::Paused => {
                 // the input is quiet (a pipe): send the rows read so far rather than hold
                 // them, and wait for more answering the server's keepalive pings
-                if !batch.is_empty() {
-                    let n = batch.len() as u64;
-                    if let Err(e) = submit(
-                        &mut publisher,
-                        &mut batch,
-                        batch_first_line,
-                        last_line_in_batch,
-                        &mut tally.in_flight,
-                    ) {
-                        tally.fail_with(&e);
-                        break;
-                    }
-                    rows_sent += n;
-                }
-                if let Err(e) = publisher.idle(INPUT_POLL) {
+                if let Err(e) = batch
+                    .send(&mut publisher, &mut tally)
+                    .and_then(|()| publisher.idle(INPUT_POLL))
+                {
                     tally.fail_with(&e);
                     break;
                 }
                 tally.settle();
-                progress.draw(rows_sent, bytes_read, false);
+                progress.draw(batch.rows_sent, bytes_read, false);
                 continue;
             }
         };
@@ -279,31 +245,20 @@ pub fn run(args: PubArgs) -> ExitCode {
                 break;
             }
         }
-        if batch.is_empty() {
-            batch_first_line = line_no;
-        }
-        last_line_in_batch = line_no;
         let len = trimmed.len();
         let mut owned = line;
         owned.truncate(owned.trim_end().len());
         let lead = owned.len() - owned.trim_start().len();
         owned.drain(..lead);
         debug_assert_eq!(owned.len(), len);
-        batch.push(owned);
-        if batch.len() >= batch_max {
-            let n = batch.len() as u64;
-            if let Err(e) = submit(
-                &mut publisher,
-                &mut batch,
-                batch_first_line,
-                last_line_in_batch,
-                &mut tally.in_flight,
-            ) {
+        batch.push(owned, line_no);
+        if batch.is_full() {
+            if let Err(e) = batch.send(&mut publisher, &mut tally) {
                 tally.fail_with(&e);
                 break;
             }
-            rows_sent += n;
             tally.settle();
+            let rows_sent = batch.rows_sent;
             progress.draw(rows_sent, bytes_read, false);
             if let Some(rate) = args.rate {
                 let due =
@@ -321,19 +276,10 @@ pub fn run(args: PubArgs) -> ExitCode {
         }
     }
     // the rows before a bad line go out too, so "everything before line N landed" holds
-    if (tally.failure.is_none() || bad_line.is_some()) && !batch.is_empty() {
-        match submit(
-            &mut publisher,
-            &mut batch,
-            batch_first_line,
-            last_line_in_batch,
-            &mut tally.in_flight,
-        ) {
-            Ok(()) => {}
-            Err(e) => {
-                tally.failure = Some((super::describe(&e), super::exit_code(&e)));
-                bad_line = None;
-            }
+    if tally.failure.is_none() || bad_line.is_some() {
+        if let Err(e) = batch.send(&mut publisher, &mut tally) {
+            tally.failure = Some((super::describe(&e), super::exit_code(&e)));
+            bad_line = None;
         }
     }
     let flushed = publisher.flush();
@@ -421,6 +367,68 @@ pub fn run(args: PubArgs) -> ExitCode {
 
 /// What the frames sent so far came to: the unanswered ones in order, the rows acknowledged, the
 /// first and last offsets, and the first refusal.
+/// The rows read and not sent yet: one publish frame's worth at most.
+struct Batch {
+    rows: Vec<String>,
+    /// Rows per frame (`--batch`).
+    max: usize,
+    /// Input lines of its first and last row.
+    first_line: u64,
+    last_line: u64,
+    /// Rows sent so far, all batches.
+    rows_sent: u64,
+}
+
+impl Batch {
+    fn new(max: usize) -> Batch {
+        Batch {
+            rows: Vec::with_capacity(max),
+            max,
+            first_line: 0,
+            last_line: 0,
+            rows_sent: 0,
+        }
+    }
+
+    /// Adds the row of input line `line`.
+    fn push(&mut self, row: String, line: u64) {
+        if self.rows.is_empty() {
+            self.first_line = line;
+        }
+        self.last_line = line;
+        self.rows.push(row);
+    }
+
+    fn is_full(&self) -> bool {
+        self.rows.len() >= self.max
+    }
+
+    /// Pipelines the rows held as one frame (a plain row frame with `--batch 1`), noting it in
+    /// `tally` for its answer; nothing to do when none is held.
+    fn send(
+        &mut self,
+        publisher: &mut blocking::Publisher,
+        tally: &mut Tally,
+    ) -> Result<(), ClientError> {
+        if self.rows.is_empty() {
+            return Ok(());
+        }
+        let pending = if self.max == 1 {
+            publisher.submit(&self.rows[0])?
+        } else {
+            publisher.submit_batch(&self.rows)?
+        };
+        tally.in_flight.push_back(InFlight {
+            pending,
+            first_line: self.first_line,
+            last_line: self.last_line,
+        });
+        self.rows_sent += self.rows.len() as u64;
+        self.rows.clear();
+        Ok(())
+    }
+}
+
 #[derive(Default)]
 struct Tally {
     in_flight: VecDeque<InFlight>,
