@@ -45,6 +45,13 @@ pub struct Keepalive {
     pinged: Cell<Option<Instant>>,
 }
 
+impl Default for Keepalive {
+    /// Off.
+    fn default() -> Keepalive {
+        Keepalive::new(None)
+    }
+}
+
 impl Keepalive {
     /// A clock starting now; `None` turns it off ([`Keepalive::check`] only ever waits).
     pub fn new(cfg: Option<KeepaliveConfig>) -> Keepalive {

@@ -51,6 +51,7 @@ enum Pending {
     Owed(flume::Receiver<AppendReply>),
 }
 
+#[derive(Default)]
 struct PubState {
     queue: RefCell<VecDeque<Pending>>,
     /// Replies queued and not yet written (`queue`'s length; the reader pauses at
@@ -101,20 +102,8 @@ pub async fn run(
     eo: Option<ExactlyOnce>,
 ) {
     let state = Rc::new(PubState {
-        queue: RefCell::default(),
-        owed: Cell::new(0),
-        pong: OwedPong::default(),
         keepalive: Keepalive::new(ctx.shared.keepalive),
-        replier: Signal::default(),
-        reader: Signal::default(),
-        reader_busy: Cell::new(false),
-        reader_done: Cell::new(false),
-        reader_exited: Cell::new(false),
-        exited: Signal::default(),
-        close: RefCell::new(None),
-        dead: Cell::new(false),
-        ending: Signal::default(),
-        gone: Cell::new(false),
+        ..PubState::default()
     });
     stream.stats.publishers.fetch_add(1, Ordering::Relaxed);
     ctx.shared.publishers_open.fetch_add(1, Ordering::SeqCst);

@@ -242,8 +242,6 @@ struct Window {
     /// Bytes of `rows`.
     bytes: usize,
     keep: Keep,
-    /// `Keep::Oldest` and the budget is reached: no more rows.
-    full: bool,
     /// The sequence after the last row examined.
     next: u64,
     /// Offsets found missing at the start of the window (`first..=last`).
@@ -256,15 +254,17 @@ impl Window {
     fn push(&mut self, payload: &[u8]) {
         self.rows.push_back(payload.to_vec());
         self.bytes += payload.len();
-        match self.keep {
-            Keep::Oldest => self.full = self.bytes >= PAGE_BYTES_MAX,
-            Keep::Newest => {
-                while self.bytes > PAGE_BYTES_MAX && self.rows.len() > 1 {
-                    let dropped = self.rows.pop_front().map_or(0, |r| r.len());
-                    self.bytes -= dropped;
-                }
+        if self.keep == Keep::Newest {
+            while self.bytes > PAGE_BYTES_MAX && self.rows.len() > 1 {
+                let dropped = self.rows.pop_front().map_or(0, |r| r.len());
+                self.bytes -= dropped;
             }
         }
+    }
+
+    /// `Keep::Oldest` and the budget is reached: no more rows.
+    fn full(&self) -> bool {
+        self.keep == Keep::Oldest && self.bytes >= PAGE_BYTES_MAX
     }
 
     fn n(&self) -> usize {
@@ -305,7 +305,7 @@ async fn read_window(
     let visit = |w: &mut Window, b: &crate::fanout::batch::FrameBatch| -> bool {
         let mut i = w.next.saturating_sub(b.first) as usize;
         while i < b.len() && b.first + (i as u64) < to {
-            if w.n() >= limit || w.examined >= scan || w.full {
+            if w.n() >= limit || w.examined >= scan || w.full() {
                 w.next = b.first + i as u64;
                 return false;
             }
@@ -318,7 +318,7 @@ async fn read_window(
         w.next = b.first + i as u64;
         w.next < to
     };
-    while w.next < to && w.n() < limit && w.examined < scan && !w.full {
+    while w.next < to && w.n() < limit && w.examined < scan && !w.full() {
         let base = ctx.hubs[st.index].borrow().base();
         if w.next >= base || !st.durable() {
             w.next = w.next.max(base);

@@ -212,16 +212,19 @@ struct Skipped {
 impl Skipped {
     /// `event: gap` / `data: {"reason":"too_old"|"evicted","missing":{"first":A,"last":B}[,"max_replay":M]}`.
     fn push_event(&self, out: &mut Vec<u8>) {
-        let data = match self.max_replay {
-            Some(m) => format!(
-                r#"{{"reason":"too_old","missing":{{"first":{},"last":{}}},"max_replay":{m}}}"#,
-                self.first, self.last
-            ),
-            None => format!(
-                r#"{{"reason":"evicted","missing":{{"first":{},"last":{}}}}}"#,
-                self.first, self.last
-            ),
+        let reason = if self.max_replay.is_some() {
+            "too_old"
+        } else {
+            "evicted"
         };
+        let mut data = format!(
+            r#"{{"reason":"{reason}","missing":{{"first":{},"last":{}}}"#,
+            self.first, self.last
+        );
+        if let Some(m) = self.max_replay {
+            data.push_str(&format!(r#","max_replay":{m}"#));
+        }
+        data.push('}');
         sse::push_named_event("gap", data.as_bytes(), out);
     }
 }

@@ -33,6 +33,7 @@ use crate::replay::ReplayJob;
 use crate::shard::ShardCtx;
 use corecast_net::ws::receiver::Received;
 
+#[derive(Default)]
 struct SubState {
     /// The pong owed for the latest ping, written before the next frames.
     pong: OwedPong,
@@ -65,11 +66,8 @@ pub async fn run(
     signal: Rc<Signal>,
 ) {
     let state = Rc::new(SubState {
-        pong: OwedPong::default(),
         keepalive: Keepalive::new(ctx.shared.keepalive),
-        peer_close: Cell::new(None),
-        gone: Cell::new(false),
-        ended: Signal::default(),
+        ..SubState::default()
     });
     stream.stats.subscribers.fetch_add(1, Ordering::Relaxed);
     // the reader task holds the signal weakly: a peer that never sends must not keep the
