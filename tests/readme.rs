@@ -70,7 +70,7 @@ fn first_screen_has_two_commands_and_the_broker_serves_the_embedded_default() {
         .expect("send");
     assert_eq!(recv_text(&mut ws), r#"{"ok":[1]}"#);
     assert!(
-        s.data().join("trades/buffer.db").exists(),
+        s.data().join("trades/meta.db").exists() && s.data().join("trades/log").is_dir(),
         "the log lives under the data directory"
     );
     assert_eq!(server.stop(), Some(0));

@@ -13,6 +13,7 @@
 //! max_in_flight = 64             # replies owed per publisher connection
 //! max_inbound = 65536            # rows queued for commit per stream
 //! max_message_bytes = 1048576
+//! segment_bytes = 67108864       # durable streams: bytes per preallocated hot-log segment file
 //! ```
 //!
 //! Defaults mirror PROTOCOL.md §10. A bad file is refused with the file, the key and the reason
@@ -145,6 +146,8 @@ pub struct StreamConfig {
     pub max_inbound: usize,
     /// Largest inbound WebSocket message in bytes (1009 above it).
     pub max_message_bytes: usize,
+    /// Bytes each hot-log segment file of a durable stream is preallocated to.
+    pub segment_bytes: u64,
 }
 
 impl StreamConfig {
@@ -160,6 +163,7 @@ impl StreamConfig {
             max_in_flight: 64,
             max_inbound: 65_536,
             max_message_bytes: 1 << 20,
+            segment_bytes: corecast_storage::log::DEFAULT_SEGMENT_BYTES,
         }
     }
 }
@@ -219,6 +223,7 @@ struct RawStream {
     max_in_flight: Option<i64>,
     max_inbound: Option<i64>,
     max_message_bytes: Option<i64>,
+    segment_bytes: Option<i64>,
 }
 
 /// Whether `name` is a valid stream name (`[A-Za-z0-9][A-Za-z0-9_.-]{0,127}`, PROTOCOL.md §2).
@@ -346,6 +351,16 @@ impl Config {
             }
             if let Some(n) = positive(s.max_message_bytes, "max_message_bytes", 1 << 30)? {
                 sc.max_message_bytes = n as usize;
+            }
+            if let Some(n) = positive(s.segment_bytes, "segment_bytes", 1 << 40)? {
+                let min = corecast_storage::log::segment::MIN_SEGMENT_BYTES as i64;
+                if n < min {
+                    return Err(err(
+                        &k("segment_bytes"),
+                        format!("{n} is below the smallest segment, {min} bytes"),
+                    ));
+                }
+                sc.segment_bytes = n as u64;
             }
             streams.push(sc);
         }

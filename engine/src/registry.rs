@@ -35,6 +35,8 @@ pub struct StreamStats {
     pub sse_dropped_slow: AtomicU64,
     /// HTTP pull requests waiting in a long poll.
     pub pull_waiting: AtomicI64,
+    /// Group commits that failed (`commit_failed`: a full disk, a failed write or fdatasync).
+    pub commit_failures: AtomicU64,
     /// Commit latency (time in `Buffer::append`).
     pub commit_latency: crate::session::metrics::Histogram,
     /// Cursors of the open subscriber sessions (WebSocket and SSE), for the lag gauge.

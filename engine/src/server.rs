@@ -18,8 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use corecast_net::rt::Driver;
-use corecast_storage::log::buffer::FORMAT_VERSION;
-use corecast_storage::log::{Buffer, BufferReader};
+use corecast_storage::log::{Buffer, LogOptions};
 use corecast_storage::schema::{RowCodec, Schema};
 
 use crate::commit::writer::{Writer, WriterMsg};
@@ -173,26 +172,37 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         let (stream_id, end, earliest, metadata, hint) = if sc.durable {
             // the published form, so reformatting the schema file is not a schema change
             let published = schema.as_ref().map(|s| s.published());
-            let buffer =
-                Buffer::open(&dir, published.as_deref()).map_err(|e| serr(e.to_string()))?;
+            let options = LogOptions {
+                segment_bytes: sc.segment_bytes,
+            };
+            let buffer = Buffer::open_with(&dir, published.as_deref(), options)
+                .map_err(|e| serr(e.to_string()))?;
             let end = buffer.end_offset();
-            let reader = BufferReader::open(&dir).map_err(|e| serr(e.to_string()))?;
-            let earliest = reader
-                .earliest()
-                .map_err(|e| serr(e.to_string()))?
-                .unwrap_or(end);
-            if buffer.converted_rows() > 0 {
+            let earliest = buffer.earliest().unwrap_or(end);
+            let report = buffer.open_report();
+            if report.converted_rows > 0 {
                 tracing::info!(
                     stream = %sc.name,
-                    rows = buffer.converted_rows(),
-                    "converted {} from storage format 1 to {FORMAT_VERSION}",
-                    buffer.path().display()
+                    rows = report.converted_rows,
+                    "converted {} from the SQLite buffer (storage format 2) to segment files",
+                    dir.display()
                 );
+            }
+            if let Some((file, at, cleared)) = &report.torn_tail {
+                tracing::warn!(
+                    stream = %sc.name,
+                    "cleared a torn tail in {} at byte {at} ({cleared} bytes): a commit cut off by a crash, never acknowledged",
+                    file.display()
+                );
+            }
+            for file in &report.swept {
+                tracing::info!(stream = %sc.name, "removed {}", file.display());
             }
             tracing::info!(
                 stream = %sc.name,
                 earliest,
                 end_offset = end,
+                segments = report.segments,
                 "opened {}",
                 buffer.path().display()
             );

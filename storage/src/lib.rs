@@ -3,8 +3,9 @@
 //! - [`schema`]: the JSON Schema subset of PROTOCOL.md §9 compiled to an Arrow schema and back
 //!   (the form a greeting publishes), and strict row validation with canonical encoding.
 //! - [`json`]: the strict JSON front door (duplicate keys, lone surrogates, depth, non-finite numbers).
-//! - [`log`]: the per-stream SQLite buffer (WAL, `synchronous=FULL`), group commit, exactly-once
-//!   publisher marks, and read connections for replay scans.
+//! - [`log`]: the per-stream hot log (preallocated segment files, one record, one `pwrite` and
+//!   one `fdatasync` per group commit), exactly-once publisher marks, readers for replay scans,
+//!   and `meta.db` (SQLite) for the stream's constants, floor, frontier and marks snapshots.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -1,5 +1,5 @@
-//! The buffer's writer and readers: offsets, reopen, group commit, reads beside a writer,
-//! commit failure and retry.
+//! The hot log's writer and readers: offsets, reopen, group commit, reads beside a writer,
+//! commit failure and retry, eviction.
 
 use std::ops::ControlFlow;
 use std::path::Path;
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corecast_storage::log::{
-    AppendBatch, BatchOutcome, Buffer, BufferReader, StorageError, DB_FILE_NAME,
+    AppendBatch, BatchOutcome, Buffer, BufferReader, Fault, LogOptions, StorageError, LOG_DIR_NAME,
 };
 
 fn row(i: u64) -> Vec<u8> {
@@ -61,7 +61,7 @@ fn empty_buffer_starts_at_offset_1_and_keeps_its_meta() {
         assert_eq!(buffer.schema_json(), Some(schema));
         assert!(buffer.created_at_us() > 1_600_000_000_000_000);
         assert!(uuid::Uuid::parse_str(buffer.stream_id()).is_ok());
-        assert_eq!(buffer.path(), dir.join(DB_FILE_NAME));
+        assert_eq!(buffer.path(), dir.join(LOG_DIR_NAME));
         let reader = buffer.reader().unwrap();
         assert_eq!(reader.end_offset().unwrap(), 1);
         assert_eq!(reader.earliest().unwrap(), None);
@@ -85,7 +85,7 @@ fn empty_buffer_starts_at_offset_1_and_keeps_its_meta() {
     let message = error.to_string();
     assert!(message.contains(schema), "{message}");
     assert!(message.contains(r#"given {"type":"object"}"#), "{message}");
-    assert!(message.contains("buffer.db"), "{message}");
+    assert!(message.contains("meta.db"), "{message}");
 }
 
 #[test]
@@ -100,7 +100,7 @@ fn second_writer_is_refused() {
 fn reader_needs_an_existing_buffer() {
     let tmp = tempfile::tempdir().unwrap();
     let error = BufferReader::open(tmp.path()).unwrap_err();
-    assert!(error.to_string().contains("buffer.db"), "{error}");
+    assert!(error.to_string().contains("meta.db"), "{error}");
 }
 
 #[test]
@@ -200,33 +200,50 @@ fn scans_respect_bounds_and_limits() {
 }
 
 #[test]
-fn reads_go_on_while_the_writer_is_mid_transaction() {
+fn rows_written_but_not_yet_durable_are_invisible() {
     let tmp = tempfile::tempdir().unwrap();
     let mut buffer = Buffer::open(tmp.path(), None).unwrap();
     let batch = rows(1..11);
     buffer.append(&[AppendBatch::plain(&batch)]).unwrap();
     let reader = buffer.reader().unwrap();
-    drop(buffer);
-
-    // Hold a write transaction open with uncommitted rows, as the writer does mid-commit.
-    let raw = rusqlite::Connection::open(tmp.path().join(DB_FILE_NAME)).unwrap();
-    raw.execute_batch("BEGIN IMMEDIATE").unwrap();
-    raw.execute(
-        "INSERT INTO blocks(\"offset\", ts, rows_count, payload) VALUES (11, 0, 1, x'0100000000')",
-        [],
-    )
-    .unwrap();
-    raw.execute("UPDATE meta SET value = 12 WHERE key = 'end_offset'", [])
-        .unwrap();
-    let started = Instant::now();
-    assert_eq!(reader.end_offset().unwrap(), 11, "uncommitted is invisible");
+    // A commit whose fdatasync fails: its bytes reached the file, but it never became durable.
+    buffer.inject_fault(Fault::Sync(5));
+    let more = rows(11..12);
+    let failed = buffer.append(&[AppendBatch::plain(&more)]).unwrap_err();
+    assert!(!failed.disk_full, "{failed}");
+    assert!(failed.detail.contains("fdatasync"), "{failed}");
+    assert_eq!(reader.end_offset().unwrap(), 11, "not durable: invisible");
     assert_eq!(reader.scan(1, 100, 100).unwrap().len(), 10);
     assert_eq!(reader.earliest().unwrap(), Some(1));
+    assert_eq!(buffer.failures(), 1);
+    // The next commit re-reads the segment first, then lands where the failed one would have.
+    let outcomes = buffer.append(&[AppendBatch::plain(&more)]).unwrap();
+    assert_eq!(appended(&outcomes[0]), (11, 1));
+    drop(buffer);
+    drop(reader);
+    assert_log_is(tmp.path(), 12);
+}
+
+#[test]
+fn a_segment_that_cannot_be_reread_after_a_failed_sync_refuses_commits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut buffer = Buffer::open(tmp.path(), None).unwrap();
+    let batch = rows(1..4);
+    buffer.append(&[AppendBatch::plain(&batch)]).unwrap();
+    buffer.inject_fault(Fault::Sync(5));
+    buffer.inject_fault(Fault::Recheck(5));
+    let more = rows(4..5);
+    buffer.append(&[AppendBatch::plain(&more)]).unwrap_err();
+    let refused = buffer.append(&[AppendBatch::plain(&more)]).unwrap_err();
     assert!(
-        started.elapsed() < Duration::from_secs(1),
-        "reads did not wait"
+        refused.detail.contains("re-reading the segment failed"),
+        "{refused}"
     );
-    raw.execute_batch("ROLLBACK").unwrap();
+    // once it can be re-read, commits go on
+    let outcomes = buffer.append(&[AppendBatch::plain(&more)]).unwrap();
+    assert_eq!(appended(&outcomes[0]), (4, 1));
+    drop(buffer);
+    assert_log_is(tmp.path(), 5);
 }
 
 #[test]
@@ -283,9 +300,8 @@ fn failed_commit_changes_nothing_and_a_retry_is_exact() {
     let end_before = buffer.end_offset();
     let mark_before = buffer.publisher_mark("p");
 
-    // A tiny cap on the database size: the next big commit fails as disk full half-way.
-    let cap = buffer.set_max_page_count(1).unwrap();
-    assert!(cap >= 1);
+    // The disk is full: the next commit's write fails with ENOSPC.
+    buffer.inject_fault(Fault::Write(28));
     let big: Vec<Vec<u8>> = (0..64).map(|i| vec![b'a' + (i % 26) as u8; 4096]).collect();
     let small = rows(100..102);
     let dup_and_new = rows(2..6); // seqs 2..=5: 2, 3 are dups, 4, 5 new
@@ -300,7 +316,7 @@ fn failed_commit_changes_nothing_and_a_retry_is_exact() {
     assert_eq!(failed.rows_count, 2 + 4 + 64);
     let message = failed.to_string();
     assert!(
-        message.contains("buffer.db") && message.contains("disk full"),
+        message.contains(".seg") && message.contains("disk full"),
         "{message}"
     );
 
@@ -313,7 +329,6 @@ fn failed_commit_changes_nothing_and_a_retry_is_exact() {
     assert_eq!(reader.publisher_mark("p").unwrap(), mark_before);
 
     // Room again: the retry gets exactly the outcomes the failed commit would have had.
-    buffer.set_max_page_count(1 << 30).unwrap();
     let outcomes = buffer.append(&batches).unwrap();
     assert_eq!(appended(&outcomes[0]), (4, 2));
     let BatchOutcome::Appended {
@@ -340,26 +355,81 @@ fn failed_commit_changes_nothing_and_a_retry_is_exact() {
 }
 
 #[test]
-fn offsets_are_never_reused_after_old_rows_are_deleted() {
+fn offsets_are_never_reused_after_every_segment_is_evicted() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut buffer = Buffer::open(tmp.path(), None).unwrap();
-    let batch = rows(1..21);
-    buffer.append(&[AppendBatch::plain(&batch)]).unwrap();
-    drop(buffer);
-    // Retention (or sealing) deletes every row.
-    let raw = rusqlite::Connection::open(tmp.path().join(DB_FILE_NAME)).unwrap();
-    raw.execute("DELETE FROM blocks", []).unwrap();
-    drop(raw);
+    let options = LogOptions {
+        segment_bytes: 4096,
+    };
+    let mut buffer = Buffer::open_with(tmp.path(), None, options).unwrap();
+    for i in 0..40 {
+        let batch = rows(i * 10 + 1..i * 10 + 11);
+        buffer.append(&[AppendBatch::plain(&batch)]).unwrap();
+    }
+    let segments = std::fs::read_dir(tmp.path().join(LOG_DIR_NAME))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_str().unwrap() != "spare.seg")
+        .count();
+    assert!(segments > 3, "{segments} segments: small segments roll");
 
-    let mut buffer = Buffer::open(tmp.path(), None).unwrap();
-    assert_eq!(buffer.end_offset(), 21);
+    // Evicting below an offset inside a segment keeps that segment whole.
+    let reader = buffer.reader().unwrap();
+    let evicted = buffer.evict_below(250).unwrap();
+    assert!(evicted.segments >= 1);
+    assert!(evicted.floor <= 250 && evicted.floor > 1, "{evicted:?}");
+    assert_eq!(reader.earliest().unwrap(), Some(evicted.floor));
+    let held = reader.scan(0, u64::MAX, usize::MAX).unwrap();
+    assert_eq!(held[0].offset, evicted.floor);
+    assert_eq!(held.last().unwrap().offset, 400);
+    assert_eq!(held.len() as u64, 401 - evicted.floor);
+
+    // Everything.
+    let evicted = buffer.evict_below(401).unwrap();
+    assert_eq!(evicted.floor, 401);
+    assert_eq!(reader.earliest().unwrap(), None);
+    assert_eq!(reader.scan(0, u64::MAX, usize::MAX).unwrap(), []);
+    drop(buffer);
+    drop(reader);
+
+    let mut buffer = Buffer::open_with(tmp.path(), None, options).unwrap();
+    assert_eq!(buffer.end_offset(), 401);
     let reader = buffer.reader().unwrap();
     assert_eq!(reader.earliest().unwrap(), None);
-    let more = rows(21..23);
+    let more = rows(401..403);
     let outcomes = buffer.append(&[AppendBatch::plain(&more)]).unwrap();
-    assert_eq!(appended(&outcomes[0]), (21, 2));
-    assert_eq!(reader.earliest().unwrap(), Some(21));
-    assert_eq!(reader.end_offset().unwrap(), 23);
+    assert_eq!(appended(&outcomes[0]), (401, 2));
+    assert_eq!(reader.earliest().unwrap(), Some(401));
+    assert_eq!(reader.end_offset().unwrap(), 403);
+    drop(buffer);
+    let buffer = Buffer::open_with(tmp.path(), None, options).unwrap();
+    assert_eq!(buffer.end_offset(), 403);
+    assert_eq!(buffer.earliest(), Some(401));
+}
+
+#[test]
+fn marks_survive_the_eviction_of_the_segments_that_moved_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let options = LogOptions {
+        segment_bytes: 4096,
+    };
+    let mut buffer = Buffer::open_with(tmp.path(), None, options).unwrap();
+    let first = rows(1..4);
+    buffer
+        .append(&[AppendBatch::exactly_once(&first, "early", 1)])
+        .unwrap();
+    for i in 0..30 {
+        let batch = rows(10 * i + 4..10 * i + 14);
+        buffer
+            .append(&[AppendBatch::exactly_once(&batch, "late", 10 * i + 1)])
+            .unwrap();
+    }
+    let end = buffer.end_offset();
+    buffer.evict_below(end - 5).unwrap();
+    drop(buffer);
+    let buffer = Buffer::open_with(tmp.path(), None, options).unwrap();
+    let early = buffer.publisher_mark("early").unwrap();
+    assert_eq!((early.last_seq, early.last_offset), (3, Some(3)));
+    let late = buffer.publisher_mark("late").unwrap();
+    assert_eq!((late.last_seq, late.last_offset), (300, Some(end - 1)));
 }
 
 #[test]

@@ -3,12 +3,12 @@
 //! In: [`WriterMsg`]s from any shard over one unbounded crossbeam channel per writer (the bound is
 //! the per-stream `max_inbound` row count, enforced by the publishers before they send). The
 //! writer blocks for the first message, then drains *everything queued* and commits each stream's
-//! appends in ONE transaction (`corecast_storage::log::Buffer::append`), stamping one `ts` per
+//! appends in ONE record (`corecast_storage::log::Buffer::append`: one `pwrite`, one `fdatasync`), stamping one `ts` per
 //! publish frame. It frames the committed rows once ([`FrameBatchBuilder`]), sends the shared batch
 //! to every shard, and only then answers the publishers: an ack means durable *and* handed to the
 //! fan-out. Live-only streams skip the log and number rows with an internal sequence.
 //!
-//! Runs on its own blocking thread (one per shard): SQLite's fsync never stalls an io_uring loop.
+//! Runs on its own blocking thread (one per shard): a commit's fdatasync never stalls an io_uring loop.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -262,6 +262,8 @@ impl Writer {
                         (!b.is_empty()).then(|| b.finish())
                     }
                     Err(e) => {
+                        st.stats.commit_failures.fetch_add(1, Ordering::Relaxed);
+                        tracing::error!(stream = %st.cfg.name, "{e}");
                         let msg = e.to_string();
                         replies.extend(
                             appends

@@ -130,6 +130,13 @@ pub fn render(shared: &Shared) -> String {
     );
     per_stream(
         &mut o,
+        "corecast_commit_failures_total",
+        "counter",
+        "Group commits that failed (commit_failed: disk full, a failed write or fdatasync); nothing of them is in the log.",
+        &|i| ld(&streams[i].stats.commit_failures),
+    );
+    per_stream(
+        &mut o,
         "corecast_frames_out_total",
         "counter",
         "Rows written to subscribers (WebSocket frames and SSE events).",

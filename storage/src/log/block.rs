@@ -1,21 +1,13 @@
-//! A block: the payload of one row of the buffer's `blocks` table, holding a run of consecutive
-//! log rows that were committed together.
+//! A block: a run of consecutive log rows stored back to back, each behind its length. It is
+//! the rows section of a segment record ([`super::record`]) and the payload of a row of the
+//! format-2 SQLite buffer's `blocks` table, which [`super::upgrade`] converts.
 //!
 //! Shape: `rows_count` entries back to back, each the row's length in bytes as a `u32`
 //! little-endian followed by the row's bytes, and nothing after the last one. Entry `i` of the
 //! block stored at offset `o` is the log row at offset `o + i`; every entry of a block has the
 //! block's `ts`.
-//!
-//! Why blocks: a per-row SQLite insert costs about 1 µs of CPU (B-tree seek, record build, page
-//! cache), so a 10,000-row commit spent ~10 ms in SQLite against a 0.2 ms fsync. Appending a row
-//! to a block is a memcpy; SQLite then does one insert per [`BLOCK_TARGET_BYTES`] of rows
-//! (figures in `docs/PERFORMANCE.md`, "Commit throughput").
 
 use std::fmt;
-
-use rusqlite::params;
-
-use super::buffer::{to_i64, BLOCK_TARGET_BYTES};
 
 /// Bytes of the length prefix before each row.
 const LEN_BYTES: usize = 4;
@@ -23,7 +15,7 @@ const LEN_BYTES: usize = 4;
 /// Builds one block's payload. Reused across blocks ([`clear`](Self::clear)) so a commit
 /// allocates once.
 #[derive(Debug, Default)]
-pub(crate) struct BlockBuilder {
+pub struct BlockBuilder {
     payload: Vec<u8>,
     rows_count: u64,
 }
@@ -31,9 +23,9 @@ pub(crate) struct BlockBuilder {
 /// A row of 4 GiB or more, which a block's `u32` length cannot hold (frames are capped far
 /// below: 1 MiB by default).
 #[derive(Debug)]
-pub(crate) struct RowTooLarge {
+pub struct RowTooLarge {
     /// The row's length in bytes.
-    pub(crate) len: usize,
+    pub len: usize,
 }
 
 impl fmt::Display for RowTooLarge {
@@ -51,7 +43,7 @@ impl std::error::Error for RowTooLarge {}
 
 impl BlockBuilder {
     /// Appends `row` as the block's next entry.
-    pub(crate) fn push(&mut self, row: &[u8]) -> Result<(), RowTooLarge> {
+    pub fn push(&mut self, row: &[u8]) -> Result<(), RowTooLarge> {
         let len = u32::try_from(row.len()).map_err(|_| RowTooLarge { len: row.len() })?;
         self.payload.reserve(LEN_BYTES + row.len());
         self.payload.extend_from_slice(&len.to_le_bytes());
@@ -61,22 +53,22 @@ impl BlockBuilder {
     }
 
     /// The payload so far, in bytes (length prefixes included).
-    pub(crate) fn payload_len(&self) -> usize {
+    pub fn payload_len(&self) -> usize {
         self.payload.len()
     }
 
     /// Entries pushed since the last [`clear`](Self::clear).
-    pub(crate) fn rows_count(&self) -> u64 {
+    pub fn rows_count(&self) -> u64 {
         self.rows_count
     }
 
     /// The payload as stored.
-    pub(crate) fn payload(&self) -> &[u8] {
+    pub fn payload(&self) -> &[u8] {
         &self.payload
     }
 
     /// Empties the block, keeping its allocation.
-    pub(crate) fn clear(&mut self) {
+    pub fn clear(&mut self) {
         self.payload.clear();
         self.rows_count = 0;
     }
@@ -84,11 +76,11 @@ impl BlockBuilder {
 
 /// What is wrong with a stored block whose payload does not match its shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct MalformedBlock(pub(crate) String);
+pub struct MalformedBlock(pub String);
 
 /// The entries of a stored block, in order: `Ok(row bytes)`, or one `Err` (and then nothing)
 /// when the payload does not hold exactly `rows_count` well-formed entries.
-pub(crate) fn entries(payload: &[u8], rows_count: u64) -> Entries<'_> {
+pub fn entries(payload: &[u8], rows_count: u64) -> Entries<'_> {
     Entries {
         rest: payload,
         left: rows_count,
@@ -97,7 +89,7 @@ pub(crate) fn entries(payload: &[u8], rows_count: u64) -> Entries<'_> {
 }
 
 /// Iterator returned by [`entries`].
-pub(crate) struct Entries<'a> {
+pub struct Entries<'a> {
     rest: &'a [u8],
     left: u64,
     failed: bool,
@@ -137,82 +129,6 @@ impl<'a> Iterator for Entries<'a> {
         self.rest = rest;
         self.left -= 1;
         Some(Ok(row))
-    }
-}
-
-const INSERT_BLOCK: &str =
-    "INSERT INTO blocks(\"offset\", ts, rows_count, payload) VALUES (?1, ?2, ?3, ?4)";
-
-/// Cuts a commit's new rows into blocks and inserts each full one.
-pub(crate) struct BlockWriter<'c> {
-    insert: rusqlite::CachedStatement<'c>,
-    block: BlockBuilder,
-    /// The offset of the block being built (of the next row pushed once it is flushed).
-    first_offset: u64,
-    ts_us: i64,
-}
-
-impl<'c> BlockWriter<'c> {
-    /// A writer whose first block starts at `first_offset`, stamped `ts_us`, inside the
-    /// transaction open on `conn`.
-    pub(crate) fn new(
-        conn: &'c rusqlite::Connection,
-        first_offset: u64,
-        ts_us: i64,
-    ) -> rusqlite::Result<Self> {
-        Ok(BlockWriter {
-            insert: conn.prepare_cached(INSERT_BLOCK)?,
-            block: BlockBuilder::default(),
-            first_offset,
-            ts_us,
-        })
-    }
-
-    /// Adds the row at the next offset; inserts the block first when it is full.
-    pub(crate) fn push(&mut self, row: &[u8]) -> rusqlite::Result<()> {
-        let full = self.block.payload_len() + LEN_BYTES + row.len() > BLOCK_TARGET_BYTES;
-        if self.block.rows_count() > 0 && full {
-            self.flush()?;
-        }
-        self.block
-            .push(row)
-            .map_err(|too_large| rusqlite::Error::ToSqlConversionFailure(Box::new(too_large)))
-    }
-
-    /// The `ts` of the block being built.
-    pub(crate) fn ts_us(&self) -> i64 {
-        self.ts_us
-    }
-
-    /// The offset the next pushed row gets.
-    pub(crate) fn next_offset(&self) -> u64 {
-        self.first_offset + self.block.rows_count()
-    }
-
-    /// Inserts the block being built, then starts the next one at `first_offset` with `ts_us`
-    /// (rows not adjacent to the previous ones, or stamped differently, need a new block).
-    pub(crate) fn restart_at(&mut self, first_offset: u64, ts_us: i64) -> rusqlite::Result<()> {
-        self.flush()?;
-        self.first_offset = first_offset;
-        self.ts_us = ts_us;
-        Ok(())
-    }
-
-    /// Inserts the block being built, if it holds any row.
-    pub(crate) fn flush(&mut self) -> rusqlite::Result<()> {
-        let rows_count = self.block.rows_count();
-        if rows_count == 0 {
-            return Ok(());
-        }
-        self.insert.execute(params![
-            to_i64(self.first_offset),
-            self.ts_us,
-            to_i64(rows_count),
-            self.block.payload()
-        ])?;
-        self.first_offset += rows_count;
-        self.block.clear();
-        Ok(())
     }
 }
 

@@ -1,65 +1,68 @@
-//! The writer side of a stream's buffer: [`Buffer`] opens (or creates) `<stream>/buffer.db` and
-//! group-commits batches of already-encoded rows into it.
+//! The writer of a stream's hot log: [`Buffer`] opens (or creates) `<stream>/` and group-commits
+//! batches of already-encoded rows into its segment files.
 //!
 //! In: batches drained from the owner's writer queue, each a slice of encoded rows and, on an
 //! exactly-once connection, the publisher id and the seq of its first row. Out: per batch, the
 //! offsets it got (new rows plus the originals of leading duplicates) or a `gap` refusal; or, for
 //! the whole commit, [`CommitFailed`]. Runs on the owner shard's blocking writer thread
-//! (ARCHITECTURE.md, "Threads"): a commit waits for an fsync.
+//! (ARCHITECTURE.md, "Threads"): a commit waits for an `fdatasync`.
 //!
-//! One commit is one SQLite transaction (`BEGIN IMMEDIATE` … `COMMIT`, WAL, `synchronous=FULL`):
-//! rows, the publishers' marks and the end offset land together or not at all. The commit's new
-//! rows are stored as blocks (see [`super::block`]): one SQLite row per run of up to
-//! [`BLOCK_TARGET_BYTES`] of payload, not one per row, so a commit costs one B-tree insert per
-//! 64 KiB rather than per row. Offsets start at
-//! 1, are contiguous and are never reused, even when older rows are later deleted (the end
-//! offset is kept in `meta`). All in-memory state changed by a commit is staged and applied only
-//! after `COMMIT` returns, so after a failed commit a retry of the same batches is exact.
+//! One commit is ONE record ([`super::record`]: the rows, their `ts`, the marks the commit moved)
+//! appended to the newest segment with ONE `pwrite` and made durable with ONE `fdatasync` before
+//! this returns; readers see it only then. Segments are preallocated, so that `fdatasync` has no
+//! file size to flush; when the record does not fit, the writer rolls: it writes the segment
+//! header and the record into the spare file the keeper thread preallocated ([`super::keeper`]),
+//! syncs it, and renames it to its segment name. Offsets start at 1, are contiguous and are never
+//! reused, even when every segment is evicted (`meta.db` keeps the floor and the frontier). All
+//! in-memory state changed by a commit is staged and applied only after the `fdatasync`
+//! returned, so after a failed commit a retry of the same batches is exact.
+//!
+//! A failed write or `fdatasync` leaves the log as before the commit: the record's bytes are
+//! overwritten with zeros. After a failed `fdatasync` the kernel may have dropped dirty pages and
+//! marked them clean (PostgreSQL's "fsyncgate", 2018), so the newest segment is not trusted again
+//! until it has been re-read from a fresh descriptor and checked record by record: the next commit
+//! does that first, and fails too if it cannot.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions, TryLockError};
+use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
-
-use super::block::BlockWriter;
 use super::error::{CommitFailed, StorageError};
+use super::keeper::{self, Keeper, KeeperMsg};
 use super::marks::{Judgement, Mark, Marks, PublisherState};
+use super::meta::{MetaDb, META_FILE_NAME};
 use super::reader::BufferReader;
-
-/// The database file inside a stream's directory.
-pub const DB_FILE_NAME: &str = "buffer.db";
+use super::record::{self, RecordBuilder};
+use super::recovery::{self, Mode};
+use super::segment::{self, SegmentHeader, DEFAULT_SEGMENT_BYTES, SEGMENT_HEADER_LEN};
+use super::view::{self, SegmentView, Shared, View};
 
 /// The lock file inside a stream's directory; held (`flock`) by the one [`Buffer`] that writes
 /// the stream, released by the kernel when that process dies.
-pub const LOCK_FILE_NAME: &str = "buffer.lock";
+pub const LOCK_FILE_NAME: &str = "writer.lock";
 
-/// The layout version stored in `meta` (`format_version`). 1 stored one SQLite row per log row
-/// (`rows`); 2 stores blocks (`blocks`). A version-1 buffer is converted when opened for writing.
-pub const FORMAT_VERSION: i64 = 2;
+/// The directory of segment files inside a stream's directory.
+pub const LOG_DIR_NAME: &str = "log";
 
-/// A block is closed once its payload reaches this many bytes (64 KiB); a single larger row gets
-/// a block of its own. It bounds what a scan starting inside a block reads and discards (at most
-/// one block) while keeping the per-row cost of a large commit at a memcpy: a 10,000-row commit of
-/// 110-byte trade rows is 17 B-tree inserts instead of 10,000.
-pub const BLOCK_TARGET_BYTES: usize = 64 * 1024;
+/// How a hot log is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogOptions {
+    /// Bytes each segment file is preallocated to ([`DEFAULT_SEGMENT_BYTES`]); a commit larger
+    /// than that gets a segment of its own, as large as it needs.
+    pub segment_bytes: u64,
+}
 
-/// How long a connection waits for a lock SQLite holds only briefly (WAL recovery, a
-/// checkpoint) before reporting `SQLITE_BUSY`.
-pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Prepared statements kept per connection.
-const STATEMENT_CACHE_CAPACITY: usize = 16;
-
-const CREATE_TABLES: &str = "
-CREATE TABLE IF NOT EXISTS blocks(\"offset\" INTEGER PRIMARY KEY, ts INTEGER NOT NULL, rows_count INTEGER NOT NULL, payload BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS publishers(id TEXT PRIMARY KEY, last_seq INTEGER NOT NULL, last_offset INTEGER);
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value);
-";
-const UPSERT_PUBLISHER: &str = "INSERT INTO publishers(id, last_seq, last_offset) VALUES (?1, ?2, ?3) \
-     ON CONFLICT(id) DO UPDATE SET last_seq = excluded.last_seq, last_offset = excluded.last_offset";
-const UPDATE_END_OFFSET: &str = "UPDATE meta SET value = ?1 WHERE key = 'end_offset'";
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
+        }
+    }
+}
 
 /// The seq of an exactly-once batch: who sent it and the seq of its first row (≥ 1; rows take
 /// `first_seq`, `first_seq + 1`, …).
@@ -148,191 +151,239 @@ impl BatchOutcome {
     }
 }
 
-/// The writer of one stream's buffer database. One per stream (enforced with a lock file), owned
-/// by the owner shard's writer thread.
+/// What opening the log found and did, for the start-up log.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    /// Rows converted from a format-2 SQLite `buffer.db` (0 when there was none).
+    pub converted_rows: u64,
+    /// A torn tail overwritten: the segment, the byte it started at, the bytes cleared.
+    pub torn_tail: Option<(PathBuf, u64, u64)>,
+    /// Files removed: segments wholly below the floor, temporary files.
+    pub swept: Vec<PathBuf>,
+    /// Segment files held.
+    pub segments: usize,
+}
+
+/// What [`Buffer::evict_below`] removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Evicted {
+    /// Segment files deleted.
+    pub segments: usize,
+    /// Rows they held.
+    pub rows: u64,
+    /// The hot log's floor afterwards (the first offset it holds, or the end offset).
+    pub floor: u64,
+}
+
+/// An I/O failure the next write or sync pretends to meet, for tests of the failure paths
+/// (a full disk, an `fdatasync` that reports EIO). Not part of the supported API.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The next record's `pwrite` fails with this `errno`.
+    Write(i32),
+    /// The next `fdatasync` of a record fails with this `errno`.
+    Sync(i32),
+    /// Re-reading the segment after a failed sync fails with this `errno`.
+    Recheck(i32),
+}
+
+/// The segment being appended to.
+#[derive(Debug)]
+struct Active {
+    first_offset: u64,
+    path: Arc<Path>,
+    file: Arc<File>,
+    /// Where the next record goes.
+    pos: u64,
+    /// The file's preallocated length.
+    capacity: u64,
+    /// Position of the newest sparse-index entry.
+    last_sparse_pos: u64,
+}
+
+/// The writer of one stream's hot log. One per stream (enforced with a lock file), owned by the
+/// owner shard's writer thread.
 #[derive(Debug)]
 pub struct Buffer {
-    // Field order is drop order: the connection closes before the lock is released.
-    conn: Connection,
-    _lock: File,
+    shared: Arc<Shared>,
+    meta: MetaDb,
+    // Dropped before the lock, after the files it works on are no longer written.
+    keeper: Keeper,
     dir: PathBuf,
-    db_path: PathBuf,
-    stream_id: String,
-    schema_json: Option<String>,
+    log_dir: PathBuf,
+    options: LogOptions,
+    stream_uuid: [u8; 16],
     created_at_us: i64,
+    active: Option<Active>,
+    /// A preallocated spare, for the next roll.
+    spare: Option<File>,
+    /// A spare was asked of the keeper and not yet received.
+    spare_asked: bool,
     /// The next offset to assign.
     end_offset: u64,
     /// The last `ts` stamped (or recovered), so stamps never go backwards within a process.
     last_ts_us: i64,
     marks: Marks,
-    /// Rows this open moved out of a format-1 layout (0 when there was nothing to convert).
-    converted_rows: u64,
+    record: RecordBuilder,
+    /// Set after a failed `fdatasync` (or a rollback that could not be written): why the newest
+    /// segment must be re-read before the next commit.
+    untrusted: Option<String>,
+    /// Commits that failed since open.
+    failures: u64,
+    faults: VecDeque<Fault>,
+    report: OpenReport,
+    // Last: released once everything above is closed.
+    _lock: File,
 }
 
-/// In-memory changes of one commit, applied to the [`Buffer`] only once `COMMIT` returned.
+/// In-memory changes of one commit, applied to the [`Buffer`] only once it is durable.
 struct Staged<'b> {
     end_offset: u64,
-    last_ts_us: i64,
     /// Publishers judged in this commit: their state before it and as tentatively advanced.
     publishers: HashMap<&'b str, (Mark, PublisherState)>,
 }
 
 impl Buffer {
-    /// Opens the buffer of the stream in `dir`, creating the directory and `dir/buffer.db` if
-    /// absent. A new buffer mints its `stream_id` (UUID v4) and stores `schema_json` and its
-    /// creation time; these never change afterwards.
+    /// [`Buffer::open_with`] with the default [`LogOptions`].
+    pub fn open(dir: &Path, schema_json: Option<&str>) -> Result<Buffer, StorageError> {
+        Buffer::open_with(dir, schema_json, LogOptions::default())
+    }
+
+    /// Opens the stream in `dir`, creating the directory, `meta.db` and `log/` if absent. A new
+    /// stream mints its `stream_id` (UUID v4) and stores `schema_json` and its creation time;
+    /// these never change afterwards. A format-2 SQLite `buffer.db` found there (corecast before
+    /// segment files) is converted in place, once ([`OpenReport::converted_rows`]).
     ///
-    /// On reopen the stored values are read back, with the end offset and every publisher's
-    /// mark (the dedupe windows start empty). If `schema_json` is `Some` and differs (byte for
-    /// byte) from the stored schema, this returns [`StorageError::SchemaMismatch`] naming both and
-    /// leaves the stream untouched; the engine decides what follows. `None` accepts whatever is
-    /// stored (read it with [`Buffer::schema_json`]).
+    /// On reopen the log is recovered (see [`super::recovery`]): a torn tail is cleared, damage
+    /// anywhere else is [`StorageError::Corrupt`] naming the file and the byte, marks are rebuilt.
+    /// If `schema_json` is `Some` and differs (byte for byte) from the stored schema, this returns
+    /// [`StorageError::SchemaMismatch`] naming both and leaves the stream untouched; `None` accepts
+    /// whatever is stored (read it with [`Buffer::schema_json`]).
     ///
     /// Fails with [`StorageError::Locked`] while another `Buffer` writes the same stream.
-    pub fn open(dir: &Path, schema_json: Option<&str>) -> Result<Buffer, StorageError> {
-        std::fs::create_dir_all(dir).map_err(|source| StorageError::Io {
-            path: dir.to_owned(),
-            op: "creating the stream directory",
-            source,
-        })?;
-        let lock = take_writer_lock(&dir.join(LOCK_FILE_NAME))?;
-        let db_path = dir.join(DB_FILE_NAME);
-        let sqlite = |op: &'static str| {
-            let path = db_path.clone();
-            move |source| StorageError::Sqlite { path, op, source }
+    pub fn open_with(
+        dir: &Path,
+        schema_json: Option<&str>,
+        options: LogOptions,
+    ) -> Result<Buffer, StorageError> {
+        let options = LogOptions {
+            segment_bytes: record::padded(options.segment_bytes.max(segment::MIN_SEGMENT_BYTES)),
         };
-
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(&db_path, flags).map_err(sqlite("opening"))?;
-        let journal_mode: String = conn
-            .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-            .map_err(sqlite("setting journal_mode=WAL"))?;
-        if !journal_mode.eq_ignore_ascii_case("wal") {
-            return Err(StorageError::Corrupt {
-                path: db_path,
-                detail: format!("journal_mode is {journal_mode} after asking for wal"),
-            });
-        }
-        conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(sqlite("setting synchronous=FULL"))?;
-        conn.busy_timeout(BUSY_TIMEOUT)
-            .map_err(sqlite("setting busy_timeout"))?;
-        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
-
-        // Creation is one transaction, so a crash half-way leaves no half-made stream: the next
-        // open sees no stream_id and creates it again.
-        conn.execute_batch("BEGIN IMMEDIATE")
-            .map_err(sqlite("starting the creation transaction"))?;
-        let created =
-            create_if_absent(&conn, schema_json).and_then(|()| conn.execute_batch("COMMIT"));
-        if let Err(source) = created {
-            rollback(&conn);
-            return Err(sqlite("creating tables and meta")(source));
-        }
-
-        let converted_rows = super::upgrade::upgrade(&conn, &db_path)?;
-        let meta = read_meta(&conn, &db_path)?;
+        std::fs::create_dir_all(dir)
+            .map_err(StorageError::io(dir, "creating the stream directory"))?;
+        let lock = take_writer_lock(&dir.join(LOCK_FILE_NAME))?;
+        let converted_rows = super::upgrade::convert_if_needed(dir, options)?;
+        let (meta_db, meta) = MetaDb::open(dir, Some(schema_json))?;
         if let Some(given) = schema_json {
             if meta.schema_json.as_deref() != Some(given) {
                 return Err(StorageError::SchemaMismatch {
-                    path: db_path,
+                    path: meta_db.path().to_owned(),
                     stored: meta.schema_json,
                     given: given.to_owned(),
                 });
             }
         }
+        let stream_uuid = uuid_bytes(&meta.stream_id, meta_db.path())?;
+        let snapshot = meta_db.marks()?;
+        let log_dir = dir.join(LOG_DIR_NAME);
+        let recovered = recovery::recover(&log_dir, &meta, snapshot, stream_uuid, Mode::Write)?;
 
-        let (max_offset, last_ts_us): (Option<i64>, Option<i64>) = conn
-            .query_row(
-                "SELECT \"offset\" + rows_count - 1, ts FROM blocks ORDER BY \"offset\" DESC LIMIT 1",
-                [],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()
-            .map_err(sqlite("reading the last block"))?
-            .map_or((None, None), |(offset, ts)| (Some(offset), Some(ts)));
-        let end_offset = match max_offset {
-            None => meta.end_offset,
-            Some(max) => {
-                let after_max = to_u64(max, &db_path, "row offset")? + 1;
-                if after_max > meta.end_offset {
-                    return Err(StorageError::Corrupt {
-                        path: db_path,
-                        detail: format!(
-                            "last row offset {max} is at or past the stored end_offset {}",
-                            meta.end_offset
-                        ),
-                    });
-                }
-                meta.end_offset
-            }
-        };
-
+        let active = recovered.segments.last().map(|newest| Active {
+            first_offset: newest.first_offset,
+            path: Arc::clone(&newest.path),
+            file: Arc::clone(&newest.file),
+            pos: newest.end_pos,
+            capacity: newest.file.metadata().map(|m| m.len()).unwrap_or(0),
+            last_sparse_pos: newest.sparse.last().map_or(0, |&(_, pos)| pos),
+        });
         let mut marks = Marks::default();
-        {
-            let mut statement = conn
-                .prepare("SELECT id, last_seq, last_offset FROM publishers")
-                .map_err(sqlite("reading publisher marks"))?;
-            let mut rows = statement
-                .query([])
-                .map_err(sqlite("reading publisher marks"))?;
-            while let Some(row) = rows.next().map_err(sqlite("reading publisher marks"))? {
-                let columns: rusqlite::Result<(String, i64, Option<i64>)> =
-                    (|| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))();
-                let (id, last_seq, last_offset) =
-                    columns.map_err(sqlite("reading publisher marks"))?;
-                let mark = Mark {
-                    last_seq: to_u64(last_seq, &db_path, "publisher last_seq")?,
-                    last_offset: last_offset
-                        .map(|offset| to_u64(offset, &db_path, "publisher last_offset"))
-                        .transpose()?,
-                };
-                marks.insert(&id, PublisherState::recovered(mark));
-            }
+        for (id, mark) in &recovered.marks {
+            marks.insert(id, PublisherState::recovered(*mark));
         }
-
-        Ok(Buffer {
-            conn,
-            _lock: lock,
-            dir: dir.to_owned(),
-            db_path,
-            stream_id: meta.stream_id,
-            schema_json: meta.schema_json,
-            created_at_us: meta.created_at_us,
-            end_offset,
-            last_ts_us: last_ts_us.unwrap_or(i64::MIN),
-            marks,
+        let report = OpenReport {
             converted_rows,
+            torn_tail: recovered.torn.clone(),
+            swept: recovered.swept.clone(),
+            segments: recovered.segments.len(),
+        };
+        let end_offset = recovered.end;
+        let shared = Arc::new(Shared {
+            dir: dir.to_owned(),
+            stream_id: meta.stream_id.clone(),
+            schema_json: meta.schema_json.clone(),
+            view: RwLock::new(View {
+                segments: recovered.segments,
+                floor: recovered.floor,
+                end: recovered.end,
+            }),
+            marks: Mutex::new(recovered.marks),
+        });
+        view::register(&shared);
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let keeper = Keeper::start(&log_dir, meta_db.path(), &name)
+            .map_err(StorageError::io(&log_dir, "starting the keeper thread"))?;
+        Ok(Buffer {
+            shared,
+            meta: meta_db,
+            keeper,
+            dir: dir.to_owned(),
+            log_dir,
+            options,
+            stream_uuid,
+            created_at_us: meta.created_at_us,
+            active,
+            spare: recovered.spare,
+            spare_asked: false,
+            end_offset,
+            last_ts_us: recovered.last_ts_us.unwrap_or(i64::MIN),
+            marks,
+            record: RecordBuilder::default(),
+            untrusted: None,
+            failures: 0,
+            faults: VecDeque::new(),
+            report,
+            _lock: lock,
         })
     }
 
-    /// Opens a read connection on this stream (see [`BufferReader`]); hand it to a reader
-    /// thread.
+    /// A reader on this stream that sees every commit once it is durable (see
+    /// [`BufferReader`]); hand it to a reader thread.
     pub fn reader(&self) -> Result<BufferReader, StorageError> {
-        BufferReader::open(&self.dir)
+        Ok(BufferReader::attach(Arc::clone(&self.shared)))
     }
 
-    /// The database file, `<dir>/buffer.db`.
+    /// The segment directory, `<dir>/log`.
     pub fn path(&self) -> &Path {
-        &self.db_path
+        &self.log_dir
     }
 
-    /// How many rows this open converted from the format-1 layout (one SQLite row per log row)
-    /// into blocks; 0 when the buffer was already current. For the start-up log.
+    /// The stream directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// How many rows this open converted from a format-2 SQLite buffer; 0 when there was none.
     pub fn converted_rows(&self) -> u64 {
-        self.converted_rows
+        self.report.converted_rows
+    }
+
+    /// What opening the log found and did.
+    pub fn open_report(&self) -> &OpenReport {
+        &self.report
     }
 
     /// The stream's id: a UUID (hyphenated, lower case) minted at creation, never changed.
     pub fn stream_id(&self) -> &str {
-        &self.stream_id
+        &self.shared.stream_id
     }
 
     /// The schema text stored at creation (`None`: created without one).
     pub fn schema_json(&self) -> Option<&str> {
-        self.schema_json.as_deref()
+        self.shared.schema_json.as_deref()
     }
 
     /// When the stream was created, µs since the Unix epoch.
@@ -345,6 +396,16 @@ impl Buffer {
         self.end_offset
     }
 
+    /// The first offset the hot log holds, `None` when it holds no row.
+    pub fn earliest(&self) -> Option<u64> {
+        self.shared.view.read().expect("view lock").earliest()
+    }
+
+    /// Commits that failed since the log was opened.
+    pub fn failures(&self) -> u64 {
+        self.failures
+    }
+
     /// Publisher `id`'s committed mark, `None` if it never landed a row.
     pub fn publisher_mark(&self, id: &str) -> Option<Mark> {
         self.marks.get(id).map(PublisherState::mark)
@@ -355,44 +416,32 @@ impl Buffer {
         self.marks.iter()
     }
 
-    /// Turns SQLite's automatic checkpoint off for this writer: a maintenance thread runs
-    /// [`super::Checkpointer::run`] instead, so no commit pays for copying the WAL into the
-    /// database file. Without that thread the WAL grows without bound; call this only with one.
-    pub fn checkpoint_elsewhere(&mut self) -> Result<(), StorageError> {
-        self.conn
-            .pragma_update(None, "wal_autocheckpoint", 0)
-            .map_err(StorageError::sqlite(
-                &self.db_path,
-                "setting wal_autocheckpoint=0",
-            ))
+    /// Queues an I/O failure for the next write, sync or recheck (tests of the failure paths).
+    #[doc(hidden)]
+    pub fn inject_fault(&mut self, fault: Fault) {
+        self.faults.push_back(fault);
     }
 
-    /// Caps the database at `pages` pages (`PRAGMA max_page_count`; SQLite will not set it below
-    /// the current size) and returns the cap in force. A commit that would pass it fails as disk
-    /// full. A per-stream quota, and the way tests simulate a full disk.
-    pub fn set_max_page_count(&mut self, pages: u64) -> Result<u64, StorageError> {
-        let pages_in_force: i64 = self
-            .conn
-            .pragma_update_and_check(None, "max_page_count", pages, |row| row.get(0))
-            .map_err(StorageError::sqlite(
-                &self.db_path,
-                "setting max_page_count",
-            ))?;
-        to_u64(pages_in_force, &self.db_path, "max_page_count")
+    fn fault(&mut self, matches: impl Fn(&Fault) -> Option<i32>) -> io::Result<()> {
+        if let Some(errno) = self.faults.front().and_then(&matches) {
+            self.faults.pop_front();
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        Ok(())
     }
 
-    /// Group commit: appends every batch in `batches`, judged in order, in ONE transaction, and
-    /// returns one outcome per batch, in order.
+    /// Group commit: appends every batch in `batches`, judged in order, as ONE record made
+    /// durable with ONE `fdatasync`, and returns one outcome per batch, in order.
     ///
     /// Plain batches append all their rows. An exactly-once batch is judged against its
     /// publisher's mark as tentatively advanced by earlier batches of the same call (PROTOCOL.md
     /// §7): a first seq beyond `last_seq + 1` is a [`BatchOutcome::Gap`] and changes nothing;
     /// otherwise the leading `min(rows, last_seq − first_seq + 1)` rows are duplicates (answered
     /// with their original offsets while the dedupe window remembers them) and the rest append.
-    /// Each batch's rows get adjacent offsets; the commit's rows share one `ts`; marks move in
-    /// the same transaction.
+    /// Each batch's rows get adjacent offsets; the commit's rows share one `ts`; the marks move
+    /// in the same record. A call that appends no row writes nothing.
     ///
-    /// On [`CommitFailed`] nothing of the call is in the database and the writer's state is as
+    /// On [`CommitFailed`] nothing of the call is in the log and the writer's state is as
     /// before the call, so submitting the same batches again gives exactly the outcomes this call
     /// would have given (timestamps aside).
     ///
@@ -407,66 +456,46 @@ impl Buffer {
         if batches.is_empty() {
             return Ok(Vec::new());
         }
+        let failed = |buffer: &mut Buffer, path: &Path, error: &io::Error, detail: String| {
+            buffer.failures += 1;
+            CommitFailed {
+                path: path.to_owned(),
+                disk_full: matches!(
+                    error.raw_os_error(),
+                    Some(libc_enospc::ENOSPC | libc_enospc::EDQUOT)
+                ),
+                detail,
+                batches_count: batches.len(),
+                rows_count: batches.iter().map(|batch| batch.rows.len()).sum(),
+            }
+        };
+        if let Some(why) = self.untrusted.clone() {
+            if let Err((path, error)) = self.recheck() {
+                let detail = format!("{why}; re-reading the segment failed: {error}");
+                return Err(failed(self, &path, &error, detail));
+            }
+        }
+
         let mut staged = Staged {
             end_offset: self.end_offset,
-            last_ts_us: self.last_ts_us,
             publishers: HashMap::new(),
         };
-        let committed = self
-            .conn
-            .prepare_cached("BEGIN IMMEDIATE")
-            .and_then(|mut begin| begin.execute([]))
-            .and_then(|_| self.write_batches(batches, &mut staged))
-            .and_then(|outcomes| {
-                self.write_marks(&staged)?;
-                self.conn.prepare_cached("COMMIT")?.execute([])?;
-                Ok(outcomes)
-            });
-        match committed {
-            Ok(outcomes) => {
-                self.apply(staged);
-                Ok(outcomes)
-            }
-            Err(error) => {
-                rollback(&self.conn);
-                Err(CommitFailed {
-                    path: self.db_path.clone(),
-                    disk_full: error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull),
-                    detail: error.to_string(),
-                    batches_count: batches.len(),
-                    rows_count: batches.iter().map(|batch| batch.rows.len()).sum(),
-                })
-            }
-        }
-    }
-
-    /// Judges every batch and inserts the new rows as blocks inside the open transaction,
-    /// advancing `staged` only. The commit's rows share one `ts` (one value per batch, as every
-    /// batch of the commit becomes durable at the same moment).
-    fn write_batches<'b, R: AsRef<[u8]>>(
-        &self,
-        batches: &[AppendBatch<'b, R>],
-        staged: &mut Staged<'b>,
-    ) -> rusqlite::Result<Vec<BatchOutcome>> {
-        let ts_us = now_us().max(staged.last_ts_us);
-        staged.last_ts_us = ts_us;
+        let ts_us = now_us().max(self.last_ts_us);
         let rows_count: u64 = batches.iter().map(|batch| batch.rows.len() as u64).sum();
-        if staged.end_offset.saturating_add(rows_count) > i64::MAX as u64 {
-            // SQLite integers are signed 64-bit: offsets end at 2^63 − 1
-            return Err(rusqlite::Error::ToSqlConversionFailure(
-                format!(
-                    "offsets exhausted: the end offset {} plus {rows_count} rows passes 2^63 - 1",
-                    staged.end_offset
-                )
-                .into(),
-            ));
+        if self.end_offset.saturating_add(rows_count) > i64::MAX as u64 {
+            let error = io::Error::other("offsets exhausted");
+            let detail = format!(
+                "offsets exhausted: the end offset {} plus {rows_count} rows passes 2^63 - 1",
+                self.end_offset
+            );
+            return Err(failed(self, &self.log_dir.clone(), &error, detail));
         }
-        let mut blocks = BlockWriter::new(&self.conn, staged.end_offset, ts_us)?;
+        let mut record = std::mem::take(&mut self.record);
+        record.begin(self.end_offset, ts_us);
         let mut outcomes = Vec::with_capacity(batches.len());
         for batch in batches {
-            let rows_count = batch.rows.len() as u64;
+            let batch_rows = batch.rows.len() as u64;
             let first_offset = staged.end_offset;
-
             let (fresh_rows, dup_offsets) = match batch.publisher {
                 None => (batch.rows, Vec::new()),
                 Some(publisher) => {
@@ -474,7 +503,7 @@ impl Buffer {
                         let state = self.marks.get(publisher.id).cloned().unwrap_or_default();
                         (state.mark(), state)
                     });
-                    let dups_count = match state.judge(publisher.first_seq, rows_count) {
+                    let dups_count = match state.judge(publisher.first_seq, batch_rows) {
                         Judgement::Gap { expected, got } => {
                             outcomes.push(BatchOutcome::Gap { expected, got });
                             continue;
@@ -484,16 +513,24 @@ impl Buffer {
                     let dup_offsets = (0..dups_count)
                         .map(|i| state.original_offset(publisher.first_seq + i))
                         .collect();
-                    let fresh_count = rows_count - dups_count;
+                    let fresh_count = batch_rows - dups_count;
                     if fresh_count > 0 {
                         state.record(publisher.first_seq + dups_count, first_offset, fresh_count);
                     }
                     (&batch.rows[dups_count as usize..], dup_offsets)
                 }
             };
-
             for row in fresh_rows {
-                blocks.push(row.as_ref())?;
+                if let Err(too_large) = record.push_row(row.as_ref()) {
+                    self.record = record;
+                    let error = io::Error::other(too_large.to_string());
+                    return Err(failed(
+                        self,
+                        &self.log_dir.clone(),
+                        &error,
+                        too_large.to_string(),
+                    ));
+                }
             }
             staged.end_offset = first_offset + fresh_rows.len() as u64;
             outcomes.push(BatchOutcome::Appended {
@@ -503,160 +540,394 @@ impl Buffer {
                 dup_offsets,
             });
         }
-        blocks.flush()?;
         assert_eq!(
-            blocks.next_offset(),
+            self.end_offset + record.rows_count(),
             staged.end_offset,
-            "every new row is in a block, at contiguous offsets"
+            "every new row is in the record, at contiguous offsets"
         );
-        Ok(outcomes)
-    }
-
-    /// Writes the moved marks and the end offset inside the open transaction.
-    fn write_marks(&self, staged: &Staged<'_>) -> rusqlite::Result<()> {
-        let mut upsert = self.conn.prepare_cached(UPSERT_PUBLISHER)?;
+        if record.rows_count() == 0 {
+            // nothing new (gaps, duplicates): no mark moved, nothing to write
+            self.record = record;
+            debug_assert!(staged
+                .publishers
+                .values()
+                .all(|(before, state)| *before == state.mark()));
+            return Ok(outcomes);
+        }
         for (id, (before, state)) in &staged.publishers {
             let mark = state.mark();
             if mark != *before {
-                upsert.execute(params![
-                    id,
-                    to_i64(mark.last_seq),
-                    mark.last_offset.map(to_i64)
-                ])?;
+                let last_offset = mark.last_offset.expect("a moved mark names its offset");
+                record.push_mark(id, mark.last_seq, last_offset);
             }
         }
-        if staged.end_offset != self.end_offset {
-            self.conn
-                .prepare_cached(UPDATE_END_OFFSET)?
-                .execute([to_i64(staged.end_offset)])?;
+        let written = self.write_record(record.finish());
+        self.record = record;
+        match written {
+            Ok(()) => {
+                self.last_ts_us = ts_us;
+                self.apply(staged);
+                Ok(outcomes)
+            }
+            Err((path, error, op)) => {
+                let detail = format!("{op}: {error}");
+                Err(failed(self, &path, &error, detail))
+            }
+        }
+    }
+
+    /// Appends one record to the newest segment (rolling to a new one when it does not fit),
+    /// makes it durable, and publishes it to readers. On failure the log is as before.
+    fn write_record(&mut self, bytes: &[u8]) -> Result<(), (PathBuf, io::Error, &'static str)> {
+        let len = bytes.len() as u64;
+        let fits = self
+            .active
+            .as_ref()
+            .is_some_and(|active| active.pos + len <= active.capacity);
+        if !fits {
+            return self.roll(bytes);
+        }
+        let active = self.active.as_ref().expect("an active segment");
+        let (file, pos, path) = (
+            Arc::clone(&active.file),
+            active.pos,
+            active.path.to_path_buf(),
+        );
+        let first_offset = record_first_offset(bytes);
+        if let Err(error) = self
+            .fault(|f| matches!(f, Fault::Write(_)).then(|| errno(f)))
+            .and_then(|()| file.write_all_at(bytes, pos))
+        {
+            self.roll_back(&file, pos, len, &path, None);
+            return Err((path, error, "writing the commit's record"));
+        }
+        if let Err(error) = self
+            .fault(|f| matches!(f, Fault::Sync(_)).then(|| errno(f)))
+            .and_then(|()| file.sync_data())
+        {
+            let why = format!("fdatasync of {} failed: {error}", path.display());
+            self.roll_back(&file, pos, len, &path, Some(why));
+            return Err((
+                path,
+                error,
+                "making the commit's record durable (fdatasync)",
+            ));
+        }
+        let end_offset = record_end_offset(bytes);
+        let active = self.active.as_mut().expect("an active segment");
+        active.pos += len;
+        let index_it = pos - active.last_sparse_pos >= segment::SPARSE_EVERY_BYTES;
+        if index_it {
+            active.last_sparse_pos = pos;
+        }
+        let (capacity, new_pos) = (active.capacity, active.pos);
+        {
+            let mut view = self.shared.view.write().expect("view lock");
+            let segment = view
+                .segments
+                .last_mut()
+                .expect("the active segment is in the view");
+            segment.end_offset = end_offset;
+            segment.end_pos = new_pos;
+            if index_it {
+                segment.sparse.push((first_offset, pos));
+            }
+            view.end = end_offset;
+        }
+        if !self.spare_asked && self.spare.is_none() && new_pos > capacity / 2 {
+            self.keeper
+                .send(KeeperMsg::MakeSpare(self.options.segment_bytes));
+            self.spare_asked = true;
         }
         Ok(())
     }
 
-    /// Applies a committed commit's staged state.
+    /// Starts a new segment with `bytes` (a record) as its first record: header and record in
+    /// one `pwrite` into a preallocated spare, one `fdatasync`, then the rename to its name.
+    fn roll(&mut self, bytes: &[u8]) -> Result<(), (PathBuf, io::Error, &'static str)> {
+        let first_offset = record_first_offset(bytes);
+        let needed = SEGMENT_HEADER_LEN + bytes.len() as u64;
+        let spare_path = self.log_dir.join(segment::SPARE_FILE_NAME);
+        let mut spare = self.spare.take();
+        if spare.is_none() && self.spare_asked {
+            self.spare_asked = false;
+            spare = self.keeper.spare().ok();
+        }
+        let spare = match spare {
+            Some(file) if file.metadata().is_ok_and(|m| m.len() >= needed) => file,
+            other => {
+                drop(other);
+                let _ = std::fs::remove_file(&spare_path);
+                let len = self.options.segment_bytes.max(record::padded(needed));
+                keeper::make_spare(&self.log_dir, len)
+                    .map_err(|e| (spare_path.clone(), e, "preallocating a new segment"))?
+            }
+        };
+        let header = SegmentHeader {
+            first_offset,
+            created_us: now_us(),
+            stream_id: self.stream_uuid,
+        };
+        let mut first = Vec::with_capacity(needed as usize);
+        first.extend_from_slice(&header.encode());
+        first.extend_from_slice(bytes);
+        let written = self
+            .fault(|f| matches!(f, Fault::Write(_)).then(|| errno(f)))
+            .and_then(|()| spare.write_all_at(&first, 0))
+            .map_err(|e| (e, "writing the first record of a new segment"))
+            .and_then(|()| {
+                self.fault(|f| matches!(f, Fault::Sync(_)).then(|| errno(f)))
+                    .and_then(|()| spare.sync_data())
+                    .map_err(|e| (e, "making a new segment's first record durable (fdatasync)"))
+            });
+        let path = self.log_dir.join(segment::file_name(first_offset));
+        let renamed = written.and_then(|()| {
+            std::fs::rename(&spare_path, &path).map_err(|e| (e, "naming a new segment"))
+        });
+        if let Err((error, op)) = renamed {
+            // a spare whose header is written would be adopted at the next open: clear it
+            if segment::zero_from(&spare, 0).is_ok() {
+                self.spare = Some(spare);
+            } else {
+                drop(spare);
+                let _ = std::fs::remove_file(&spare_path);
+            }
+            return Err((spare_path, error, op));
+        }
+        let capacity = spare.metadata().map(|m| m.len()).unwrap_or(needed);
+        let file = Arc::new(spare);
+        let path: Arc<Path> = Arc::from(path.as_path());
+        let end_offset = record_end_offset(bytes);
+        {
+            let mut view = self.shared.view.write().expect("view lock");
+            if view.segments.is_empty() {
+                view.floor = first_offset;
+            }
+            view.segments.push(SegmentView {
+                first_offset,
+                path: Arc::clone(&path),
+                file: Arc::clone(&file),
+                end_offset,
+                end_pos: needed,
+                sparse: vec![(first_offset, SEGMENT_HEADER_LEN)],
+            });
+            view.end = end_offset;
+        }
+        self.active = Some(Active {
+            first_offset,
+            path,
+            file,
+            pos: needed,
+            capacity,
+            last_sparse_pos: SEGMENT_HEADER_LEN,
+        });
+        self.keeper.send(KeeperMsg::Rolled(first_offset));
+        Ok(())
+    }
+
+    /// Overwrites a failed record's bytes with zeros so the log reads as before it; if that
+    /// cannot be made durable (or `untrusted` says the sync itself failed), the segment is not
+    /// trusted until [`recheck`](Self::recheck) re-reads it.
+    fn roll_back(
+        &mut self,
+        file: &File,
+        pos: u64,
+        len: u64,
+        path: &Path,
+        untrusted: Option<String>,
+    ) {
+        let zeros = vec![0u8; len as usize];
+        let cleared = file
+            .write_all_at(&zeros, pos)
+            .and_then(|()| file.sync_data());
+        let why = match (untrusted, cleared) {
+            (Some(why), _) => Some(why),
+            (None, Err(error)) => Some(format!(
+                "clearing a failed record in {} failed: {error}",
+                path.display()
+            )),
+            (None, Ok(())) => None,
+        };
+        if why.is_some() {
+            self.untrusted = why;
+        }
+    }
+
+    /// Re-reads the newest segment from a fresh descriptor, checks every record up to the last
+    /// durable one, clears anything after it, and trusts the segment again.
+    fn recheck(&mut self) -> Result<(), (PathBuf, io::Error)> {
+        let Some(active) = &self.active else {
+            self.untrusted = None;
+            return Ok(());
+        };
+        let path = active.path.to_path_buf();
+        let (pos, end_offset) = (active.pos, self.end_offset);
+        let checked = (|| -> io::Result<File> {
+            self.fault(|f| matches!(f, Fault::Recheck(_)).then(|| errno(f)))?;
+            let file = OpenOptions::new().read(true).write(true).open(&path)?;
+            let scanned = segment::scan(&file, |_, _| {})?
+                .map_err(|e| io::Error::other(format!("segment header: {e}")))?;
+            if scanned.end_offset < end_offset || scanned.end_pos < pos {
+                return Err(io::Error::other(format!(
+                    "the segment's durable records end at offset {} (byte {}), but offsets up to {} (byte {pos}) were committed: rows acknowledged earlier are gone",
+                    scanned.end_offset, scanned.end_pos, end_offset
+                )));
+            }
+            segment::zero_from(&file, pos)?;
+            file.sync_data()?;
+            Ok(file)
+        })();
+        let file = checked.map_err(|e| (path.clone(), e))?;
+        let file = Arc::new(file);
+        {
+            let mut view = self.shared.view.write().expect("view lock");
+            if let Some(segment) = view.segments.last_mut() {
+                segment.file = Arc::clone(&file);
+            }
+        }
+        let active = self.active.as_mut().expect("an active segment");
+        active.file = file;
+        self.untrusted = None;
+        Ok(())
+    }
+
+    /// Deletes every segment file whose rows are all below `offset` (the sealed tier holds
+    /// them). First stores, in `meta.db`, the marks snapshot and the new floor, so neither a mark
+    /// nor an offset is lost with the files; a crash between the two leaves files that the next
+    /// open deletes. Never removes a row at or above `offset`; the newest segment goes only when
+    /// every row is below `offset`, and offsets go on from the end offset all the same.
+    pub fn evict_below(&mut self, offset: u64) -> Result<Evicted, StorageError> {
+        let (victims, floor) = {
+            let view = self.shared.view.read().expect("view lock");
+            let victims = view
+                .segments
+                .iter()
+                .take_while(|segment| segment.end_offset <= offset)
+                .count();
+            let floor = view
+                .segments
+                .get(victims)
+                .map_or(self.end_offset, |segment| segment.first_offset);
+            (victims, floor)
+        };
+        if victims == 0 {
+            return Ok(Evicted {
+                segments: 0,
+                rows: 0,
+                floor: self.earliest().unwrap_or(self.end_offset),
+            });
+        }
+        self.meta
+            .snapshot(floor, self.end_offset, self.marks.iter())?;
+        let removed: Vec<SegmentView> = {
+            let mut view = self.shared.view.write().expect("view lock");
+            let removed = view.segments.drain(..victims).collect();
+            view.floor = floor;
+            removed
+        };
+        if self.active.as_ref().is_some_and(|active| {
+            removed
+                .iter()
+                .any(|s| s.first_offset == active.first_offset)
+        }) {
+            self.active = None;
+        }
+        let rows = removed.iter().map(|s| s.end_offset - s.first_offset).sum();
+        for segment in &removed {
+            std::fs::remove_file(&segment.path).map_err(StorageError::io(
+                &segment.path,
+                "deleting an evicted segment",
+            ))?;
+        }
+        segment::sync_dir(&self.log_dir)
+            .map_err(StorageError::io(&self.log_dir, "syncing the log directory"))?;
+        Ok(Evicted {
+            segments: removed.len(),
+            rows,
+            floor,
+        })
+    }
+
+    /// The last error the keeper thread met (preallocating a spare, syncing the directory,
+    /// raising the frontier), if any; none of them loses a row.
+    pub fn keeper_error(&self) -> Option<String> {
+        self.keeper
+            .last_error
+            .lock()
+            .expect("keeper error lock")
+            .clone()
+    }
+
+    /// Applies a durable commit's staged state.
     fn apply(&mut self, staged: Staged<'_>) {
         assert!(staged.end_offset >= self.end_offset);
         self.end_offset = staged.end_offset;
-        self.last_ts_us = staged.last_ts_us;
+        let mut shared_marks = self.shared.marks.lock().expect("marks lock");
         for (id, (before, state)) in staged.publishers {
-            if state.mark() != before {
+            let mark = state.mark();
+            if mark != before {
+                shared_marks.insert(id.to_owned(), mark);
                 self.marks.insert(id, state);
             }
         }
     }
 }
 
-/// The stored constants of a stream.
-pub(crate) struct Meta {
-    pub(crate) stream_id: String,
-    pub(crate) schema_json: Option<String>,
-    pub(crate) created_at_us: i64,
-    pub(crate) end_offset: u64,
+/// The errno a [`Fault`] carries.
+fn errno(fault: &Fault) -> i32 {
+    match *fault {
+        Fault::Write(errno) | Fault::Sync(errno) | Fault::Recheck(errno) => errno,
+    }
 }
 
-/// Reads `meta` (the buffer must exist and have been created).
-pub(crate) fn read_meta(conn: &Connection, db_path: &Path) -> Result<Meta, StorageError> {
-    const OP: &str = "reading meta";
-    let mut statement = conn
-        .prepare("SELECT key, value FROM meta")
-        .map_err(StorageError::sqlite(db_path, OP))?;
-    let mut rows = statement
-        .query([])
-        .map_err(StorageError::sqlite(db_path, OP))?;
-    let mut values: HashMap<String, rusqlite::types::Value> = HashMap::new();
-    while let Some(row) = rows.next().map_err(StorageError::sqlite(db_path, OP))? {
-        let key = row.get(0).map_err(StorageError::sqlite(db_path, OP))?;
-        values.insert(key, row.get(1).map_err(StorageError::sqlite(db_path, OP))?);
-    }
-    use rusqlite::types::Value;
-    let missing = |key: &str| StorageError::Corrupt {
-        path: db_path.to_owned(),
-        detail: format!("meta key {key} missing or of the wrong type"),
-    };
-    let version = match values.get("format_version") {
-        Some(Value::Integer(version)) => *version,
-        _ => return Err(missing("format_version")),
-    };
-    if version != FORMAT_VERSION {
-        return Err(StorageError::Format {
-            path: db_path.to_owned(),
-            found: version,
-            supported: FORMAT_VERSION,
-        });
-    }
-    let stream_id = match values.remove("stream_id") {
-        Some(Value::Text(id)) => id,
-        _ => return Err(missing("stream_id")),
-    };
-    let schema_json = match values.remove("schema") {
-        Some(Value::Text(schema)) => Some(schema),
-        Some(Value::Null) => None,
-        _ => return Err(missing("schema")),
-    };
-    let created_at_us = match values.get("created_at_us") {
-        Some(Value::Integer(us)) => *us,
-        _ => return Err(missing("created_at_us")),
-    };
-    let end_offset = match values.get("end_offset") {
-        Some(Value::Integer(offset)) if *offset >= 1 => *offset as u64,
-        _ => return Err(missing("end_offset")),
-    };
-    Ok(Meta {
-        stream_id,
-        schema_json,
-        created_at_us,
-        end_offset,
-    })
+/// The errno values a full disk reports.
+mod libc_enospc {
+    /// No space left on device.
+    pub const ENOSPC: i32 = 28;
+    /// Disk quota exceeded.
+    pub const EDQUOT: i32 = 122;
 }
 
-/// Creates the tables and, if no stream_id is stored yet, the meta of a new stream. Runs inside
-/// the creation transaction.
-fn create_if_absent(conn: &Connection, schema_json: Option<&str>) -> rusqlite::Result<()> {
-    conn.execute_batch(CREATE_TABLES)?;
-    let exists: Option<i64> = conn
-        .query_row("SELECT 1 FROM meta WHERE key = 'stream_id'", [], |row| {
-            row.get(0)
+fn record_first_offset(bytes: &[u8]) -> u64 {
+    record::parse_header(bytes)
+        .expect("the writer's own record")
+        .first_offset
+}
+
+fn record_end_offset(bytes: &[u8]) -> u64 {
+    record::parse_header(bytes)
+        .expect("the writer's own record")
+        .end_offset()
+}
+
+/// The 16 bytes of a stored UUID.
+pub(crate) fn uuid_bytes(stream_id: &str, path: &Path) -> Result<[u8; 16], StorageError> {
+    uuid::Uuid::parse_str(stream_id)
+        .map(|id| *id.as_bytes())
+        .map_err(|e| StorageError::Corrupt {
+            path: path.to_owned(),
+            detail: format!("stream_id {stream_id:?} is not a UUID: {e}"),
         })
-        .optional()?;
-    if exists.is_some() {
-        return Ok(());
-    }
-    let mut insert = conn.prepare("INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)")?;
-    insert.execute(params!["format_version", FORMAT_VERSION])?;
-    insert.execute(params!["stream_id", uuid::Uuid::new_v4().to_string()])?;
-    insert.execute(params!["schema", schema_json])?;
-    insert.execute(params!["created_at_us", now_us()])?;
-    insert.execute(params!["end_offset", 1_i64])?;
-    Ok(())
 }
 
 /// Takes the stream's writer lock (released by the kernel when the file closes or the process
 /// dies).
 fn take_writer_lock(lock_path: &Path) -> Result<File, StorageError> {
-    let io = |op: &'static str| {
-        let path = lock_path.to_owned();
-        move |source| StorageError::Io { path, op, source }
-    };
     let lock = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(lock_path)
-        .map_err(io("opening the writer lock file"))?;
+        .map_err(StorageError::io(lock_path, "opening the writer lock file"))?;
     match lock.try_lock() {
         Ok(()) => Ok(lock),
         Err(TryLockError::WouldBlock) => Err(StorageError::Locked {
             path: lock_path.to_owned(),
         }),
-        Err(TryLockError::Error(source)) => Err(io("locking the writer lock file")(source)),
-    }
-}
-
-/// Ends the open transaction, if any, discarding its writes. A failure here leaves the
-/// transaction open; the next `BEGIN` then fails and that commit is reported failed too.
-pub(crate) fn rollback(conn: &Connection) {
-    if !conn.is_autocommit() {
-        let _ = conn.execute_batch("ROLLBACK");
+        Err(TryLockError::Error(source)) => Err(StorageError::io(
+            lock_path,
+            "locking the writer lock file",
+        )(source)),
     }
 }
 
@@ -668,15 +939,5 @@ pub(crate) fn now_us() -> i64 {
     i64::try_from(since_epoch.as_micros()).unwrap_or(i64::MAX)
 }
 
-/// An offset or seq as SQLite stores it.
-pub(crate) fn to_i64(value: u64) -> i64 {
-    i64::try_from(value).expect("offsets and seqs stay below 2^63")
-}
-
-/// A stored integer that must not be negative.
-pub(crate) fn to_u64(value: i64, db_path: &Path, what: &str) -> Result<u64, StorageError> {
-    u64::try_from(value).map_err(|_| StorageError::Corrupt {
-        path: db_path.to_owned(),
-        detail: format!("negative {what} {value}"),
-    })
-}
+/// The meta database's file name (re-exported for callers that name files).
+pub const DB_FILE_NAME: &str = META_FILE_NAME;

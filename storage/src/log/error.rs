@@ -1,7 +1,7 @@
-//! Errors of the buffer: [`StorageError`] for opening and reading, [`CommitFailed`] for a group
+//! Errors of the log: [`StorageError`] for opening and reading, [`CommitFailed`] for a group
 //! commit that did not land.
 //!
-//! Every message names the database file and the operation, so one log line says what failed, on
+//! Every message names the file and the operation, so one log line says what failed, on
 //! what, and why (STYLE.md §6).
 
 use std::path::{Path, PathBuf};
@@ -11,8 +11,8 @@ use thiserror::Error;
 /// Opening, recovering or reading a stream's buffer failed.
 #[derive(Debug, Error)]
 pub enum StorageError {
-    /// A file-system operation around the database failed (creating the stream directory, the
-    /// writer lock file).
+    /// A file-system operation failed (creating the stream directory, the writer lock file,
+    /// reading or writing a segment).
     #[error("storage {}: {op}: {source}", path.display())]
     Io {
         /// The file or directory the operation was on.
@@ -54,9 +54,9 @@ pub enum StorageError {
         /// The schema text the caller passed.
         given: String,
     },
-    /// The buffer is in a layout this build does not read: an older one that only the writer
-    /// converts ([`super::Buffer::open`] does, once), or a newer one.
-    #[error("storage {}: format_version {found}, this build reads {supported} ({})", path.display(), if found < supported { "opening the stream for writing, as `corecast serve` does, converts it" } else { "written by a newer corecast: run that version" })]
+    /// The stream's `meta.db` is of a layout this build does not read (written by a newer
+    /// corecast).
+    #[error("storage {}: format_version {found}, this build reads {supported} ({})", path.display(), if found > supported { "written by a newer corecast: run that version" } else { "not a layout this build reads" })]
     Format {
         /// The database file.
         path: PathBuf,
@@ -65,9 +65,19 @@ pub enum StorageError {
         /// The version this build writes and reads.
         supported: i64,
     },
-    /// The database holds something the buffer never writes (a missing meta key, a negative
-    /// offset): it was damaged or written by something else.
-    #[error("storage {}: corrupt buffer: {detail}", path.display())]
+    /// A SQLite `buffer.db` of a layout this build no longer converts (format 1: one SQLite row
+    /// per log row).
+    #[error("storage {}: a buffer of format_version {found}, which this build no longer converts: open the stream once with corecast 0.1 (it rewrites the buffer as format 2), then with this build", path.display())]
+    Legacy {
+        /// The old database file.
+        path: PathBuf,
+        /// Its `format_version`.
+        found: i64,
+    },
+    /// A file holds something the log never writes (a record whose CRC fails in the middle of
+    /// a segment, a missing segment, a missing meta key): it was damaged or written by something
+    /// else. Nothing is skipped: the stream does not open until the file is restored or removed.
+    #[error("storage {}: corrupt log: {detail}", path.display())]
     Corrupt {
         /// The database file.
         path: PathBuf,
@@ -85,11 +95,11 @@ pub enum StorageError {
 #[derive(Debug, Clone, Error)]
 #[error("storage {}: {} committing {rows_count} rows in {batches_count} batches: {detail}", path.display(), if *disk_full { "disk full" } else { "commit failed" })]
 pub struct CommitFailed {
-    /// The database file.
+    /// The segment file (or log directory) the commit failed on.
     pub path: PathBuf,
-    /// SQLite's error text.
+    /// What failed and the operating system's error.
     pub detail: String,
-    /// SQLite said the disk (or the database's size cap) is full.
+    /// The disk (or a quota) is full: ENOSPC or EDQUOT.
     pub disk_full: bool,
     /// Batches in the failed commit.
     pub batches_count: usize,
@@ -98,6 +108,18 @@ pub struct CommitFailed {
 }
 
 impl StorageError {
+    /// A `map_err` adapter: wraps an I/O error with the file and `op`.
+    pub(crate) fn io<'a>(
+        path: &'a Path,
+        op: &'static str,
+    ) -> impl FnOnce(std::io::Error) -> StorageError + 'a {
+        move |source| StorageError::Io {
+            path: path.to_owned(),
+            op,
+            source,
+        }
+    }
+
     /// A `map_err` adapter: wraps a SQLite error with the database file and `op`, copying the
     /// path only when there is an error.
     pub(crate) fn sqlite<'a>(

@@ -1,38 +1,54 @@
-//! The log's first tier: one SQLite buffer per stream, which makes a row durable before anyone
-//! sees it and gives it its offset.
+//! The log's first tier: the **hot log** of each durable stream, which makes a row durable
+//! before anyone sees it and gives it its offset.
 //!
-//! - [`buffer`]: [`Buffer`], the writer. Opens or creates `<stream>/buffer.db` (WAL,
-//!   `synchronous=FULL`), group-commits queued [`AppendBatch`]es in one transaction, assigns
-//!   offsets (from 1, contiguous, never reused), stamps `ts_us`, and applies the exactly-once
-//!   rules; answers one [`BatchOutcome`] per batch or [`CommitFailed`] for the whole commit.
+//! A stream's directory holds:
+//!
+//! ```text
+//! <stream>/meta.db            SQLite: stream_id, schema, floor, frontier, marks snapshot (meta.rs)
+//! <stream>/writer.lock        the single writer's flock
+//! <stream>/log/<first>.seg    segment files, preallocated, one record per group commit
+//! <stream>/log/spare.seg      the next segment, preallocated ahead by the keeper thread
+//! ```
+//!
+//! - [`buffer`]: [`Buffer`], the writer. Group-commits queued [`AppendBatch`]es as ONE record
+//!   with ONE `pwrite` and ONE `fdatasync`, assigns offsets (from 1, contiguous, never reused),
+//!   stamps `ts_us`, applies the exactly-once rules, answers one [`BatchOutcome`] per batch or
+//!   [`CommitFailed`] for the whole commit; evicts whole segments ([`Buffer::evict_below`]).
 //!   Runs on the owner shard's writer thread.
-//! - [`reader`]: [`BufferReader`], a separate connection for the reader pool: end offset,
-//!   earliest offset, scans in offset order, publisher marks. Never blocks the writer.
+//! - [`reader`]: [`BufferReader`], for the reader pool: end offset, earliest offset, scans in
+//!   offset order, publisher marks. Never blocks the writer.
+//! - [`record`]: one commit's bytes (header with CRC32C, rows, marks); [`block`]: the rows
+//!   section's length-prefixed layout.
+//! - [`segment`]: segment files (header, names, chunked reads, the per-segment recovery scan).
+//! - `recovery`: opening a log (torn tails cleared, damage refused, marks rebuilt).
+//! - `view`: what the writer shares with its readers (segments, durable ends, sparse index).
+//! - [`keeper`]: the thread that preallocates spares and syncs directories off the commit path.
+//! - [`meta`]: `meta.db`.
 //! - [`marks`]: publisher marks `(last_seq, last_offset)` and the in-memory dedupe window of
 //!   [`DEDUPE_WINDOW_RANGES`] committed ranges per publisher.
+//! - `upgrade`: converts a stream from the SQLite `buffer.db` (format 2) of earlier releases.
 //! - [`error`]: [`StorageError`] and [`CommitFailed`].
-//!
-//! - [`block`]: the layout of a block, a run of consecutive rows stored as one SQLite value.
-//!
-//! The database holds three tables:
-//! `blocks("offset" INTEGER PRIMARY KEY, ts INTEGER, rows_count INTEGER, payload BLOB)`, each a
-//! run of `rows_count` rows committed together from `offset` on, their encoded bytes
-//! length-prefixed in `payload` (a commit's rows share its `ts`),
-//! `publishers(id, last_seq, last_offset)`, and `meta(key, value)` with `format_version`,
-//! `stream_id` (UUID v4, minted at creation, never changed), `schema` (text or NULL),
-//! `created_at_us` and `end_offset` (the next offset, kept so offsets are never reused after
-//! old rows are deleted).
 
 pub mod block;
 pub mod buffer;
-pub mod checkpoint;
 pub mod error;
+pub mod keeper;
 pub mod marks;
+pub mod meta;
 pub mod reader;
+pub mod record;
+mod recovery;
+pub mod segment;
 mod upgrade;
+mod view;
 
-pub use buffer::{AppendBatch, BatchOutcome, Buffer, PublisherSeq, DB_FILE_NAME, LOCK_FILE_NAME};
-pub use checkpoint::{CheckpointStats, Checkpointer};
+pub use buffer::{
+    AppendBatch, BatchOutcome, Buffer, Evicted, Fault, LogOptions, OpenReport, PublisherSeq,
+    DB_FILE_NAME, LOCK_FILE_NAME, LOG_DIR_NAME,
+};
 pub use error::{CommitFailed, StorageError};
 pub use marks::{Mark, DEDUPE_WINDOW_RANGES};
+pub use meta::{FORMAT_VERSION, META_FILE_NAME};
 pub use reader::{BufferReader, StoredRow};
+pub use segment::DEFAULT_SEGMENT_BYTES;
+pub use upgrade::LEGACY_DB_FILE_NAME;

@@ -1,24 +1,29 @@
-//! The read side of a stream's buffer: [`BufferReader`], a separate SQLite connection for replay
-//! scans, end offsets and publisher marks.
+//! The read side of a stream's hot log: [`BufferReader`], for replay scans, end offsets and
+//! publisher marks.
 //!
 //! In: offset ranges asked for by subscriber sessions (replay below the ring), the HTTP pull API
 //! and segment sealing. Out: committed rows `(offset, ts_us, payload)` in offset order. Runs on
-//! the reader pool's blocking threads, one reader per thread (a connection is `Send`, not
-//! `Sync`).
+//! the reader pool's blocking threads, one reader per thread.
 //!
-//! In WAL mode a reader never blocks the writer and the writer never blocks a reader: each
-//! statement reads one committed snapshot, so a scan sees every row of a commit or none of it,
-//! and never a row whose commit has not returned.
+//! A reader of a stream whose writer is open in this process (the broker's case, and
+//! [`Buffer::reader`](super::Buffer::reader)) shares the writer's view: it reads only bytes
+//! whose `fdatasync` has returned, takes a read lock only to find where to start, and never
+//! blocks the writer. A reader opened on a stream no writer in this process holds recovers its
+//! own view, read-only, as of when it was opened (a closed log, a tool, a test).
+//!
+//! Every record read is checked against its CRC32C: damage is an error, never a wrong row.
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
 
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
-
-use super::block;
-use super::buffer::{read_meta, to_i64, to_u64, BUSY_TIMEOUT, DB_FILE_NAME};
+use super::buffer::{uuid_bytes, LOG_DIR_NAME};
 use super::error::StorageError;
 use super::marks::Mark;
+use super::meta::MetaDb;
+use super::recovery::{self, Mode};
+use super::segment::Chunked;
+use super::view::{self, Shared, View};
 
 /// One committed row as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,85 +36,67 @@ pub struct StoredRow {
     pub payload: Vec<u8>,
 }
 
-/// A read-only connection on a stream's buffer.
+/// A reader of a stream's hot log.
 #[derive(Debug)]
 pub struct BufferReader {
-    conn: Connection,
-    db_path: PathBuf,
-    stream_id: String,
-    schema_json: Option<String>,
+    shared: Arc<Shared>,
 }
 
-/// The blocks holding offsets `?1..?2`: the one containing `?1` (the last block starting at or
-/// before it), then every later one starting before `?2`.
-const SCAN: &str = "SELECT \"offset\", ts, rows_count, payload FROM blocks \
-     WHERE \"offset\" >= COALESCE((SELECT MAX(\"offset\") FROM blocks WHERE \"offset\" <= ?1), ?1) \
-     AND \"offset\" < ?2 ORDER BY \"offset\"";
-
 impl BufferReader {
-    /// Opens a read connection on the buffer in `dir`, which a [`Buffer`](super::Buffer) must
-    /// have created (a reader never creates a stream).
+    /// Opens a reader on the stream in `dir`, which a [`Buffer`](super::Buffer) must have
+    /// created (a reader never creates a stream).
     pub fn open(dir: &Path) -> Result<BufferReader, StorageError> {
-        let db_path = dir.join(DB_FILE_NAME);
-        if !db_path.exists() {
-            return Err(StorageError::Io {
-                path: db_path,
-                op: "opening for reading (no buffer here: the stream was never opened for writing)",
-                source: std::io::ErrorKind::NotFound.into(),
-            });
+        if let Some(shared) = view::attached(dir) {
+            return Ok(BufferReader { shared });
         }
-        let sqlite = |op: &'static str| {
-            let path = db_path.clone();
-            move |source| StorageError::Sqlite { path, op, source }
-        };
-        // Read-write without CREATE, then query_only: a strictly read-only connection cannot
-        // open a WAL database whose -shm file is missing, and this one never writes anyway.
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn =
-            Connection::open_with_flags(&db_path, flags).map_err(sqlite("opening for reading"))?;
-        conn.pragma_update(None, "query_only", true)
-            .map_err(sqlite("setting query_only"))?;
-        conn.busy_timeout(BUSY_TIMEOUT)
-            .map_err(sqlite("setting busy_timeout"))?;
-        let meta = read_meta(&conn, &db_path)?;
+        let (meta_db, meta) = MetaDb::open(dir, None)?;
+        let snapshot = meta_db.marks()?;
+        let stream_uuid = uuid_bytes(&meta.stream_id, meta_db.path())?;
+        let recovered = recovery::recover(
+            &dir.join(LOG_DIR_NAME),
+            &meta,
+            snapshot,
+            stream_uuid,
+            Mode::Read,
+        )?;
         Ok(BufferReader {
-            conn,
-            db_path,
-            stream_id: meta.stream_id,
-            schema_json: meta.schema_json,
+            shared: Arc::new(Shared {
+                dir: dir.to_owned(),
+                stream_id: meta.stream_id,
+                schema_json: meta.schema_json,
+                view: RwLock::new(View {
+                    segments: recovered.segments,
+                    floor: recovered.floor,
+                    end: recovered.end,
+                }),
+                marks: Mutex::new(recovered.marks),
+            }),
         })
+    }
+
+    /// A reader on a writer's view.
+    pub(crate) fn attach(shared: Arc<Shared>) -> BufferReader {
+        BufferReader { shared }
     }
 
     /// The stream's id (see [`Buffer::stream_id`](super::Buffer::stream_id)).
     pub fn stream_id(&self) -> &str {
-        &self.stream_id
+        &self.shared.stream_id
     }
 
     /// The schema text stored at creation.
     pub fn schema_json(&self) -> Option<&str> {
-        self.schema_json.as_deref()
+        self.shared.schema_json.as_deref()
     }
 
-    /// The next offset the writer will assign, as of the last commit: 1 on an empty log.
+    /// The next offset the writer will assign, as of the last durable commit: 1 on an empty log.
     pub fn end_offset(&self) -> Result<u64, StorageError> {
-        let end_offset: i64 = self
-            .conn
-            .prepare_cached("SELECT value FROM meta WHERE key = 'end_offset'")
-            .and_then(|mut statement| statement.query_row([], |row| row.get(0)))
-            .map_err(self.sqlite("reading end_offset"))?;
-        to_u64(end_offset, &self.db_path, "end_offset")
+        Ok(self.shared.offsets().1)
     }
 
-    /// The earliest offset still held in the buffer (`None` when it holds no row).
+    /// The earliest offset still held in the hot log (`None` when it holds no row).
     pub fn earliest(&self) -> Result<Option<u64>, StorageError> {
-        let earliest: Option<i64> = self
-            .conn
-            .prepare_cached("SELECT MIN(\"offset\") FROM blocks")
-            .and_then(|mut statement| statement.query_row([], |row| row.get(0)))
-            .map_err(self.sqlite("reading the earliest offset"))?;
-        earliest
-            .map(|offset| to_u64(offset, &self.db_path, "row offset"))
-            .transpose()
+        Ok(self.shared.view.read().expect("view lock").earliest())
     }
 
     /// Up to `limit` committed rows with `from <= offset < to_exclusive`, in offset order.
@@ -134,7 +121,7 @@ impl BufferReader {
     /// Like [`scan`](Self::scan), but hands each row to `visit(offset, ts_us, payload)` without
     /// copying it; returns how many rows were visited. The payload borrow ends with the call.
     /// `visit` returns [`ControlFlow::Break`] to end the scan after that row (a caller bounding
-    /// its chunk by bytes, say): no further block is read.
+    /// its chunk by bytes, say): no further record is read.
     pub fn scan_with<F>(
         &self,
         from: u64,
@@ -145,92 +132,87 @@ impl BufferReader {
     where
         F: FnMut(u64, i64, &[u8]) -> ControlFlow<()>,
     {
-        let cap = i64::MAX as u64;
-        let (from, to_exclusive) = (from.min(cap), to_exclusive.min(cap));
-        if limit == 0 || from >= to_exclusive {
-            return Ok(0);
-        }
-        let mut statement = self
-            .conn
-            .prepare_cached(SCAN)
-            .map_err(self.sqlite("preparing a scan"))?;
-        let mut blocks = statement
-            .query(params![to_i64(from), to_i64(to_exclusive)])
-            .map_err(self.sqlite("scanning blocks"))?;
         let mut visited = 0;
-        let mut next: Option<u64> = None;
-        while let Some(block) = blocks.next().map_err(self.sqlite("scanning blocks"))? {
-            let columns: rusqlite::Result<(i64, i64, i64, &[u8])> = (|| {
-                Ok((
-                    block.get(0)?,
-                    block.get(1)?,
-                    block.get(2)?,
-                    block.get_ref(3)?.as_blob()?,
-                ))
-            })();
-            let (first_offset, ts_us, rows_count, payload) =
-                columns.map_err(self.sqlite("scanning blocks"))?;
-            let first_offset = to_u64(first_offset, &self.db_path, "block offset")?;
-            let rows_count = to_u64(rows_count, &self.db_path, "block rows_count")?;
-            if let Some(next) = next {
-                if first_offset < next {
-                    return Err(self.corrupt(
-                        first_offset,
-                        format!("overlaps the block before it, which ends at {}", next - 1),
-                    ));
-                }
-            }
-            next = Some(first_offset + rows_count);
-            for (offset, entry) in (first_offset..).zip(block::entries(payload, rows_count)) {
-                let row = entry.map_err(|malformed| self.corrupt(first_offset, malformed.0))?;
-                if offset < from {
+        let mut next = from;
+        while visited < limit && next < to_exclusive {
+            let start = {
+                let view = self.shared.view.read().expect("view lock");
+                next = next.max(view.floor);
+                view.start(next)
+            };
+            let Some(start) = start else {
+                return Ok(visited);
+            };
+            let mut chunked = Chunked::new(&start.file, start.end_pos);
+            let mut pos = start.pos;
+            let corrupt = |pos: u64, detail: String| StorageError::Corrupt {
+                path: start.path.to_path_buf(),
+                detail: format!("the record at byte {pos}: {detail}"),
+            };
+            while pos < start.end_pos {
+                let record = chunked
+                    .record_at(pos)
+                    .map_err(|source| StorageError::Io {
+                        path: start.path.to_path_buf(),
+                        op: "reading a segment",
+                        source,
+                    })?
+                    .map_err(|error| corrupt(pos, error.to_string()))?;
+                let header = record.header;
+                pos += header.total_len();
+                if header.end_offset() <= next {
                     continue;
                 }
-                if offset >= to_exclusive {
-                    return Ok(visited);
+                if header.first_offset > next {
+                    return Err(corrupt(
+                        pos - header.total_len(),
+                        format!(
+                            "starts at offset {}, but offset {next} comes first",
+                            header.first_offset
+                        ),
+                    ));
                 }
-                let flow = visit(offset, ts_us, row);
-                visited += 1;
-                if visited == limit || flow.is_break() {
-                    return Ok(visited);
+                for (offset, row) in (header.first_offset..).zip(record.rows()) {
+                    let row = row.map_err(|malformed| corrupt(pos, malformed.0))?;
+                    if offset < next {
+                        continue;
+                    }
+                    if offset >= to_exclusive {
+                        return Ok(visited);
+                    }
+                    let flow = visit(offset, header.ts_us, row);
+                    visited += 1;
+                    next = offset + 1;
+                    if visited == limit || flow.is_break() {
+                        return Ok(visited);
+                    }
                 }
             }
+            if next < start.end_offset {
+                // the segment's durable end was reached before its end offset: cannot be
+                return Err(corrupt(
+                    pos,
+                    format!("the segment ends before offset {}", start.end_offset),
+                ));
+            }
+            next = next.max(start.end_offset);
         }
         Ok(visited)
     }
 
-    /// A block that does not match its shape: the file is damaged or was not written by us.
-    fn corrupt(&self, block_offset: u64, detail: String) -> StorageError {
-        StorageError::Corrupt {
-            path: self.db_path.clone(),
-            detail: format!("the block at offset {block_offset}: {detail}"),
-        }
-    }
-
     /// Publisher `id`'s committed mark, `None` if it never landed a row.
     pub fn publisher_mark(&self, id: &str) -> Result<Option<Mark>, StorageError> {
-        let mark: Option<(i64, Option<i64>)> = self
-            .conn
-            .prepare_cached("SELECT last_seq, last_offset FROM publishers WHERE id = ?1")
-            .and_then(|mut statement| {
-                statement
-                    .query_row([id], |row| Ok((row.get(0)?, row.get(1)?)))
-                    .optional()
-            })
-            .map_err(self.sqlite("reading a publisher mark"))?;
-        let Some((last_seq, last_offset)) = mark else {
-            return Ok(None);
-        };
-        Ok(Some(Mark {
-            last_seq: to_u64(last_seq, &self.db_path, "publisher last_seq")?,
-            last_offset: last_offset
-                .map(|offset| to_u64(offset, &self.db_path, "publisher last_offset"))
-                .transpose()?,
-        }))
+        Ok(self
+            .shared
+            .marks
+            .lock()
+            .expect("marks lock")
+            .get(id)
+            .copied())
     }
 
-    /// Wraps a SQLite error with the file and `op` (copying the path only on error).
-    fn sqlite(&self, op: &'static str) -> impl FnOnce(rusqlite::Error) -> StorageError + '_ {
-        StorageError::sqlite(&self.db_path, op)
+    /// The stream directory.
+    pub fn dir(&self) -> PathBuf {
+        self.shared.dir.clone()
     }
 }

@@ -1,85 +1,335 @@
-//! Converts a buffer written in an older layout to the current one ([`FORMAT_VERSION`]), once,
-//! when the writer opens it.
+//! Converts a stream written by corecast before segment files (a format-2 SQLite `buffer.db`:
+//! rows in 64 KiB `blocks`, marks in `publishers`, constants in `meta`) into the current layout
+//! (`meta.db` + `log/*.seg`), once, when the writer opens it.
 //!
-//! Version 1 kept one SQLite row per log row in `rows("offset", ts, payload)`. Version 2 keeps
-//! blocks (see [`super::block`]). The conversion runs in one transaction: a crash part-way leaves
-//! the version-1 buffer as it was, and the next open converts it again. Offsets, `ts`, payload
-//! bytes, marks and meta are unchanged; consecutive rows with the same `ts` share a block.
+//! The new layout is built beside the old one and committed by a rename: segments go to
+//! `log.converting/` (each synced), then `meta.db.converting` (same `stream_id`, schema, creation
+//! time, end offset and marks; synced) — renamed to `log/`, then to `meta.db`, which is the
+//! commit point — and only then is `buffer.db` removed. A crash before the commit point leaves
+//! the old buffer as it was and the next open starts over; a crash after it leaves a converted
+//! stream and a `buffer.db` that the next open removes. One record per block: offsets, `ts` and
+//! the row bytes are unchanged. Format 1 (one SQLite row per log row) is no longer converted:
+//! open such a stream once with a corecast release that reads it, which rewrites it as format 2.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 
-use super::block::BlockWriter;
-use super::buffer::{rollback, to_u64, FORMAT_VERSION};
+use rusqlite::{Connection, OpenFlags};
+
+use super::block;
+use super::buffer::{uuid_bytes, LogOptions, LOG_DIR_NAME};
 use super::error::StorageError;
+use super::marks::Mark;
+use super::meta::{to_u64, Meta, MetaDb, META_FILE_NAME};
+use super::record::RecordBuilder;
+use super::segment::{self, SegmentHeader, SEGMENT_HEADER_LEN};
 
-/// If the buffer on `conn` is version 1, moves its rows into blocks and records the current
-/// version; otherwise does nothing. Returns the number of rows moved.
-///
-/// Fails with [`StorageError::Sqlite`] (nothing changed) or [`StorageError::Corrupt`].
-pub(crate) fn upgrade(conn: &Connection, db_path: &std::path::Path) -> Result<u64, StorageError> {
-    let sqlite = |op| StorageError::sqlite(db_path, op);
-    let version: Option<i64> = conn
-        .query_row(
-            "SELECT value FROM meta WHERE key = 'format_version'",
-            [],
-            |row| row.get(0),
-        )
-        .optional()
-        .map_err(sqlite("reading format_version"))?;
-    if version != Some(1) {
+/// The SQLite buffer of corecast before segment files.
+pub const LEGACY_DB_FILE_NAME: &str = "buffer.db";
+
+/// The suffix of what a conversion builds before it is committed.
+const CONVERTING: &str = ".converting";
+
+/// If `dir` holds a `buffer.db` and no `meta.db`, converts it; if it holds both (a conversion
+/// committed, then interrupted), removes the old files. Returns the rows converted.
+pub(crate) fn convert_if_needed(dir: &Path, options: LogOptions) -> Result<u64, StorageError> {
+    let legacy = dir.join(LEGACY_DB_FILE_NAME);
+    let meta_path = dir.join(META_FILE_NAME);
+    if !legacy.exists() {
         return Ok(0);
     }
-    conn.execute_batch("BEGIN IMMEDIATE")
-        .map_err(sqlite("starting the format upgrade"))?;
-    let moved = move_rows(conn, db_path);
-    let result = moved.and_then(|moved| {
-        conn.execute_batch("DROP TABLE rows")
-            .and_then(|()| {
-                conn.execute(
-                    "UPDATE meta SET value = ?1 WHERE key = 'format_version'",
-                    params![FORMAT_VERSION],
-                )
-            })
-            .and_then(|_| conn.execute_batch("COMMIT"))
-            .map_err(sqlite("finishing the format upgrade"))?;
-        Ok(moved)
-    });
-    if result.is_err() {
-        rollback(conn);
+    if meta_path.exists() {
+        remove_legacy(dir)?;
+        return Ok(0);
     }
-    result
+    let log_tmp = dir.join(format!("{LOG_DIR_NAME}{CONVERTING}"));
+    let meta_tmp = dir.join(format!("{META_FILE_NAME}{CONVERTING}"));
+    clear_partial(dir, &log_tmp, &meta_tmp)?;
+
+    let sqlite = |op| StorageError::sqlite(&legacy, op);
+    let conn = Connection::open_with_flags(
+        &legacy,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(sqlite("opening the format-2 buffer to convert it"))?;
+    let (legacy_meta, end_offset) = read_legacy_meta(&conn, &legacy)?;
+    let marks = read_legacy_marks(&conn, &legacy)?;
+
+    std::fs::create_dir(&log_tmp)
+        .map_err(StorageError::io(&log_tmp, "creating the converted log"))?;
+    let stream_uuid = uuid_bytes(&legacy_meta.stream_id, &legacy)?;
+    let mut writer = SegmentsWriter {
+        dir: log_tmp.clone(),
+        options,
+        stream_uuid,
+        current: None,
+        record: RecordBuilder::default(),
+    };
+    let mut statement = conn
+        .prepare("SELECT \"offset\", ts, rows_count, payload FROM blocks ORDER BY \"offset\"")
+        .map_err(sqlite("reading blocks to convert"))?;
+    let mut blocks = statement
+        .query([])
+        .map_err(sqlite("reading blocks to convert"))?;
+    let mut rows_converted = 0u64;
+    let mut first_held: Option<u64> = None;
+    let mut next: Option<u64> = None;
+    while let Some(row) = blocks.next().map_err(sqlite("reading blocks to convert"))? {
+        let columns: rusqlite::Result<(i64, i64, i64, &[u8])> = (|| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get_ref(3)?.as_blob()?,
+            ))
+        })();
+        let (offset, ts_us, rows_count, payload) =
+            columns.map_err(sqlite("reading blocks to convert"))?;
+        let offset = to_u64(offset, &legacy, "block offset")?;
+        let rows_count = to_u64(rows_count, &legacy, "block rows_count")?;
+        let corrupt = |detail: String| StorageError::Corrupt {
+            path: legacy.clone(),
+            detail: format!("the block at offset {offset}: {detail}"),
+        };
+        if let Some(expected) = next {
+            if offset != expected {
+                return Err(corrupt(format!(
+                    "offsets {expected}..{offset} are in no block: a hole in the old buffer, which segment files cannot hold"
+                )));
+            }
+        }
+        first_held.get_or_insert(offset);
+        writer.record.begin(offset, ts_us);
+        for entry in block::entries(payload, rows_count) {
+            let entry = entry.map_err(|malformed| corrupt(malformed.0))?;
+            writer
+                .record
+                .push_row(entry)
+                .map_err(|too_large| corrupt(too_large.to_string()))?;
+        }
+        if rows_count > 0 {
+            writer.append()?;
+        }
+        rows_converted += rows_count;
+        next = Some(offset + rows_count);
+    }
+    drop(blocks);
+    drop(statement);
+    writer.finish()?;
+    if let Some(next) = next {
+        if next != end_offset {
+            return Err(StorageError::Corrupt {
+                path: legacy,
+                detail: format!(
+                    "the last block ends at offset {next} but the stored end_offset is {end_offset}"
+                ),
+            });
+        }
+    }
+    drop(conn);
+
+    let meta = Meta {
+        floor: first_held.unwrap_or(end_offset),
+        frontier: end_offset,
+        marks_through: end_offset,
+        ..legacy_meta
+    };
+    {
+        let db = MetaDb::connect(&meta_tmp, true)?;
+        db.create_if_absent(meta.schema_json.as_deref(), Some((&meta, &marks)))?;
+    }
+    // the WAL was checkpointed into the file when the connection closed
+    File::open(&meta_tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(StorageError::io(&meta_tmp, "syncing the converted meta"))?;
+    let log_dir = dir.join(LOG_DIR_NAME);
+    if log_dir.exists() {
+        std::fs::remove_dir_all(&log_dir)
+            .map_err(StorageError::io(&log_dir, "removing a stale log directory"))?;
+    }
+    std::fs::rename(&log_tmp, &log_dir)
+        .map_err(StorageError::io(&log_tmp, "committing the converted log"))?;
+    segment::sync_dir(dir).map_err(StorageError::io(dir, "syncing the stream directory"))?;
+    std::fs::rename(&meta_tmp, &meta_path)
+        .map_err(StorageError::io(&meta_tmp, "committing the converted meta"))?;
+    segment::sync_dir(dir).map_err(StorageError::io(dir, "syncing the stream directory"))?;
+    remove_legacy(dir)?;
+    Ok(rows_converted)
 }
 
-/// Copies every version-1 row into blocks inside the open transaction.
-fn move_rows(conn: &Connection, db_path: &std::path::Path) -> Result<u64, StorageError> {
-    let sqlite =
-        |source| StorageError::sqlite(db_path, "moving version-1 rows into blocks")(source);
-    let mut select = conn
-        .prepare("SELECT \"offset\", ts, payload FROM rows ORDER BY \"offset\"")
-        .map_err(sqlite)?;
-    let mut rows = select.query([]).map_err(sqlite)?;
-    let mut blocks: Option<BlockWriter<'_>> = None;
-    let mut moved = 0;
-    while let Some(row) = rows.next().map_err(sqlite)? {
-        let offset: i64 = row.get(0).map_err(sqlite)?;
-        let offset = to_u64(offset, db_path, "row offset")?;
-        let ts_us: i64 = row.get(1).map_err(sqlite)?;
-        let payload = row
-            .get_ref(2)
-            .and_then(|v| Ok(v.as_blob()?))
-            .map_err(sqlite)?;
-        let writer = match &mut blocks {
-            Some(writer) => writer,
-            None => blocks.insert(BlockWriter::new(conn, offset, ts_us).map_err(sqlite)?),
-        };
-        if writer.next_offset() != offset || writer.ts_us() != ts_us {
-            writer.restart_at(offset, ts_us).map_err(sqlite)?;
+/// Removes what an interrupted conversion built (nothing was committed).
+fn clear_partial(dir: &Path, log_tmp: &Path, meta_tmp: &Path) -> Result<(), StorageError> {
+    if log_tmp.exists() {
+        std::fs::remove_dir_all(log_tmp).map_err(StorageError::io(
+            log_tmp,
+            "removing an interrupted conversion",
+        ))?;
+    }
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let path = PathBuf::from(format!("{}{suffix}", meta_tmp.display()));
+        if path.exists() {
+            std::fs::remove_file(&path).map_err(StorageError::io(
+                &path,
+                "removing an interrupted conversion",
+            ))?;
         }
-        writer.push(payload).map_err(sqlite)?;
-        moved += 1;
     }
-    if let Some(writer) = &mut blocks {
-        writer.flush().map_err(sqlite)?;
+    let _ = dir;
+    Ok(())
+}
+
+/// Removes the old buffer's files once the conversion is committed.
+fn remove_legacy(dir: &Path) -> Result<(), StorageError> {
+    for name in ["buffer.db", "buffer.db-wal", "buffer.db-shm", "buffer.lock"] {
+        let path = dir.join(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StorageError::io(&path, "removing the converted buffer")(e)),
+        }
     }
-    Ok(moved)
+    segment::sync_dir(dir).map_err(StorageError::io(dir, "syncing the stream directory"))
+}
+
+fn read_legacy_meta(conn: &Connection, path: &Path) -> Result<(Meta, u64), StorageError> {
+    let sqlite = |op| StorageError::sqlite(path, op);
+    let value = |key: &str| -> Result<rusqlite::types::Value, StorageError> {
+        conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |row| {
+            row.get(0)
+        })
+        .map_err(sqlite("reading the old buffer's meta"))
+    };
+    use rusqlite::types::Value;
+    let missing = |key: &str| StorageError::Corrupt {
+        path: path.to_owned(),
+        detail: format!("meta key {key} missing or of the wrong type"),
+    };
+    match value("format_version")? {
+        Value::Integer(2) => {}
+        Value::Integer(found) => {
+            return Err(StorageError::Legacy {
+                path: path.to_owned(),
+                found,
+            })
+        }
+        _ => return Err(missing("format_version")),
+    }
+    let Value::Text(stream_id) = value("stream_id")? else {
+        return Err(missing("stream_id"));
+    };
+    let schema_json = match value("schema")? {
+        Value::Text(schema) => Some(schema),
+        Value::Null => None,
+        _ => return Err(missing("schema")),
+    };
+    let Value::Integer(created_at_us) = value("created_at_us")? else {
+        return Err(missing("created_at_us"));
+    };
+    let end_offset = match value("end_offset")? {
+        Value::Integer(offset) if offset >= 1 => offset as u64,
+        _ => return Err(missing("end_offset")),
+    };
+    Ok((
+        Meta {
+            stream_id,
+            schema_json,
+            created_at_us,
+            floor: 1,
+            frontier: end_offset,
+            marks_through: end_offset,
+        },
+        end_offset,
+    ))
+}
+
+fn read_legacy_marks(
+    conn: &Connection,
+    path: &Path,
+) -> Result<HashMap<String, Mark>, StorageError> {
+    let sqlite = |op| StorageError::sqlite(path, op);
+    let mut statement = conn
+        .prepare("SELECT id, last_seq, last_offset FROM publishers")
+        .map_err(sqlite("reading the old buffer's marks"))?;
+    let mut rows = statement
+        .query([])
+        .map_err(sqlite("reading the old buffer's marks"))?;
+    let mut marks = HashMap::new();
+    while let Some(row) = rows
+        .next()
+        .map_err(sqlite("reading the old buffer's marks"))?
+    {
+        let columns: rusqlite::Result<(String, i64, Option<i64>)> =
+            (|| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))();
+        let (id, last_seq, last_offset) =
+            columns.map_err(sqlite("reading the old buffer's marks"))?;
+        marks.insert(
+            id,
+            Mark {
+                last_seq: to_u64(last_seq, path, "publisher last_seq")?,
+                last_offset: last_offset
+                    .map(|offset| to_u64(offset, path, "publisher last_offset"))
+                    .transpose()?,
+            },
+        );
+    }
+    Ok(marks)
+}
+
+/// Writes converted records into segment files, rolling at the configured size.
+struct SegmentsWriter {
+    dir: PathBuf,
+    options: LogOptions,
+    stream_uuid: [u8; 16],
+    /// The segment being filled: file, path, write position, capacity.
+    current: Option<(File, PathBuf, u64, u64)>,
+    record: RecordBuilder,
+}
+
+impl SegmentsWriter {
+    /// Appends the record built in `self.record`.
+    fn append(&mut self) -> Result<(), StorageError> {
+        let bytes = self.record.finish().to_vec();
+        let first_offset = super::record::parse_header(&bytes)
+            .expect("a record just built")
+            .first_offset;
+        let len = bytes.len() as u64;
+        if self
+            .current
+            .as_ref()
+            .is_none_or(|(_, _, pos, capacity)| pos + len > *capacity)
+        {
+            self.finish()?;
+            let path = self.dir.join(segment::file_name(first_offset));
+            let capacity = self
+                .options
+                .segment_bytes
+                .max(super::record::padded(SEGMENT_HEADER_LEN + len));
+            let file = segment::preallocate(&path, capacity)
+                .map_err(StorageError::io(&path, "preallocating a converted segment"))?;
+            let header = SegmentHeader {
+                first_offset,
+                created_us: super::buffer::now_us(),
+                stream_id: self.stream_uuid,
+            };
+            file.write_all_at(&header.encode(), 0)
+                .map_err(StorageError::io(&path, "writing a converted segment"))?;
+            self.current = Some((file, path, SEGMENT_HEADER_LEN, capacity));
+        }
+        let (file, path, pos, _) = self.current.as_mut().expect("a current segment");
+        file.write_all_at(&bytes, *pos)
+            .map_err(StorageError::io(path, "writing a converted segment"))?;
+        *pos += len;
+        Ok(())
+    }
+
+    /// Syncs the segment being filled.
+    fn finish(&mut self) -> Result<(), StorageError> {
+        if let Some((file, path, _, _)) = self.current.take() {
+            file.sync_data()
+                .map_err(StorageError::io(&path, "syncing a converted segment"))?;
+        }
+        Ok(())
+    }
 }
