@@ -721,7 +721,7 @@ impl Buffer {
             capacity,
             last_sparse_pos: SEGMENT_HEADER_LEN,
         });
-        self.keeper.send(KeeperMsg::Rolled(first_offset));
+        self.keeper.send(KeeperMsg::Rolled(end_offset));
         Ok(())
     }
 

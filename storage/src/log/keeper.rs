@@ -10,8 +10,8 @@
 //!   segment's header and first record into it when the current segment is full.
 //! - `Rolled`: syncs the directory (the writer renamed the spare to its segment name: recovery
 //!   adopts a spare whose header is written, so the rename need not be durable before the ack)
-//!   and raises `meta.db`'s frontier to the new segment's first offset, which lets recovery tell
-//!   a lost newest segment from a log that never reached it.
+//!   and raises `meta.db`'s frontier to the end of the new segment's first record, which lets
+//!   recovery tell a lost newest segment from a log that never reached it.
 
 use std::fs::File;
 use std::io;
@@ -32,7 +32,7 @@ pub const KEEPER_QUEUE: usize = 8;
 pub(crate) enum KeeperMsg {
     /// Preallocate a spare segment of this many bytes.
     MakeSpare(u64),
-    /// The writer started the segment whose first offset this is.
+    /// The writer started a segment; its first record ends at this offset.
     Rolled(u64),
 }
 
@@ -91,7 +91,7 @@ impl Keeper {
                                 return;
                             }
                         }
-                        KeeperMsg::Rolled(first_offset) => {
+                        KeeperMsg::Rolled(reached) => {
                             if let Err(e) = segment::sync_dir(&log_dir) {
                                 report(format!("syncing {}: {e}", log_dir.display()));
                             }
@@ -102,7 +102,7 @@ impl Keeper {
                                 }
                             }
                             if let Some(db) = &meta {
-                                if let Err(e) = db.raise_frontier(first_offset) {
+                                if let Err(e) = db.raise_frontier(reached) {
                                     report(e.to_string());
                                 }
                             }
