@@ -12,7 +12,11 @@ use corecast_storage::log::{
 };
 
 fn row(i: u64) -> Vec<u8> {
-    format!("{{\"i\":{i},\"pad\":\"{}\"}}", "r".repeat((i % 23) as usize)).into_bytes()
+    format!(
+        "{{\"i\":{i},\"pad\":\"{}\"}}",
+        "r".repeat((i % 23) as usize)
+    )
+    .into_bytes()
 }
 
 /// Commits `commits` batches of `per` rows (offsets from 1, `row(offset)`).
@@ -93,7 +97,11 @@ fn a_torn_tail_is_cleared_and_the_log_goes_on_after_the_last_whole_record() {
     buffer.append(&[AppendBatch::plain(&batch)]).unwrap();
     drop(buffer);
     assert_rows(tmp.path(), 1, 31);
-    assert!(Buffer::open(tmp.path(), None).unwrap().open_report().torn_tail.is_none());
+    assert!(Buffer::open(tmp.path(), None)
+        .unwrap()
+        .open_report()
+        .torn_tail
+        .is_none());
 }
 
 #[test]
@@ -141,7 +149,10 @@ fn damage_in_an_older_segment_refuses_to_open() {
     let (pos, len) = *record_positions(&files[0]).last().unwrap();
     flip(&files[0], pos + len - 9);
     let message = corrupt_message(Buffer::open_with(tmp.path(), None, small).unwrap_err());
-    assert!(message.contains(&files[0].display().to_string()), "{message}");
+    assert!(
+        message.contains(&files[0].display().to_string()),
+        "{message}"
+    );
     assert!(message.contains("not the newest segment"), "{message}");
 }
 
@@ -288,7 +299,12 @@ fn a_full_disk_fails_the_commit_and_loses_nothing() {
     assert_eq!(reader.end_offset().unwrap(), next);
     // again while still full: the same answer, still nothing lost
     let batch: Vec<Vec<u8>> = (next..next + 50).map(row).collect();
-    assert!(buffer.append(&[AppendBatch::plain(&batch)]).unwrap_err().disk_full);
+    assert!(
+        buffer
+            .append(&[AppendBatch::plain(&batch)])
+            .unwrap_err()
+            .disk_full
+    );
     // room again
     std::fs::remove_file(&filler).unwrap();
     buffer.append(&[AppendBatch::plain(&batch)]).unwrap();

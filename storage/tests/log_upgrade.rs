@@ -32,12 +32,21 @@ fn legacy_buffer(dir: &Path, first: u64, end: u64, per_block: u64, end_offset: u
         ("format_version", rusqlite::types::Value::Integer(2)),
         ("stream_id", rusqlite::types::Value::Text(STREAM_ID.into())),
         ("schema", rusqlite::types::Value::Text(SCHEMA.into())),
-        ("created_at_us", rusqlite::types::Value::Integer(1_600_000_000_000_000)),
-        ("end_offset", rusqlite::types::Value::Integer(end_offset as i64)),
+        (
+            "created_at_us",
+            rusqlite::types::Value::Integer(1_600_000_000_000_000),
+        ),
+        (
+            "end_offset",
+            rusqlite::types::Value::Integer(end_offset as i64),
+        ),
     ];
     for (key, value) in meta {
-        conn.execute("INSERT INTO meta(key, value) VALUES (?1, ?2)", params![key, value])
-            .unwrap();
+        conn.execute(
+            "INSERT INTO meta(key, value) VALUES (?1, ?2)",
+            params![key, value],
+        )
+        .unwrap();
     }
     let mut offset = first;
     while offset < end {
@@ -48,7 +57,12 @@ fn legacy_buffer(dir: &Path, first: u64, end: u64, per_block: u64, end_offset: u
         }
         conn.execute(
             "INSERT INTO blocks(\"offset\", ts, rows_count, payload) VALUES (?1, ?2, ?3, ?4)",
-            params![offset as i64, 1000 + (offset / per_block) as i64, n as i64, block.payload()],
+            params![
+                offset as i64,
+                1000 + (offset / per_block) as i64,
+                n as i64,
+                block.payload()
+            ],
         )
         .unwrap();
         offset += n;
@@ -72,7 +86,10 @@ fn a_format_2_buffer_is_converted_once_with_everything_kept() {
     assert_eq!(buffer.end_offset(), 5001);
     let mark = buffer.publisher_mark("pub-1").unwrap();
     assert_eq!((mark.last_seq, mark.last_offset), (77, Some(5000)));
-    assert!(!dir.join(LEGACY_DB_FILE_NAME).exists(), "the old buffer is gone");
+    assert!(
+        !dir.join(LEGACY_DB_FILE_NAME).exists(),
+        "the old buffer is gone"
+    );
     let reader = buffer.reader().unwrap();
     let rows = reader.scan(1, u64::MAX, usize::MAX).unwrap();
     assert_eq!(rows.len(), 5000);
@@ -134,7 +151,10 @@ fn format_1_is_refused_with_what_to_do() {
         .unwrap();
     drop(conn);
     let error = Buffer::open(&dir, None).unwrap_err();
-    assert!(matches!(error, StorageError::Legacy { found: 1, .. }), "{error}");
+    assert!(
+        matches!(error, StorageError::Legacy { found: 1, .. }),
+        "{error}"
+    );
     assert!(error.to_string().contains("corecast 0.1"), "{error}");
     assert!(dir.join(LEGACY_DB_FILE_NAME).exists(), "left as it was");
 }

@@ -1,6 +1,6 @@
 //! A block: a run of consecutive log rows stored back to back, each behind its length. It is
 //! the rows section of a segment record ([`super::record`]) and the payload of a row of the
-//! format-2 SQLite buffer's `blocks` table, which [`super::upgrade`] converts.
+//! format-2 SQLite buffer's `blocks` table, which the `upgrade` module converts.
 //!
 //! Shape: `rows_count` entries back to back, each the row's length in bytes as a `u32`
 //! little-endian followed by the row's bytes, and nothing after the last one. Entry `i` of the

@@ -255,7 +255,7 @@ impl Buffer {
     /// these never change afterwards. A format-2 SQLite `buffer.db` found there (corecast before
     /// segment files) is converted in place, once ([`OpenReport::converted_rows`]).
     ///
-    /// On reopen the log is recovered (see [`super::recovery`]): a torn tail is cleared, damage
+    /// On reopen the log is recovered (see the `recovery` module): a torn tail is cleared, damage
     /// anywhere else is [`StorageError::Corrupt`] naming the file and the byte, marks are rebuilt.
     /// If `schema_json` is `Some` and differs (byte for byte) from the stored schema, this returns
     /// [`StorageError::SchemaMismatch`] naming both and leaves the stream untouched; `None` accepts

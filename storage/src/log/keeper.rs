@@ -1,7 +1,7 @@
 //! The keeper: one background thread per open hot log that does the slow file-system work of
 //! rolling segments away from the commit path.
 //!
-//! In: [`KeeperMsg`]s from the writer over a bounded channel ([`KEEPER_QUEUE`]; the writer sends
+//! In: `KeeperMsg`s from the writer over a bounded channel ([`KEEPER_QUEUE`]; the writer sends
 //! at most one spare request per segment and one roll notice per roll, so it never waits on it in
 //! practice). Out: preallocated spare files, over a channel of one.
 //!

@@ -23,7 +23,7 @@
 //! - `recovery`: opening a log (torn tails cleared, damage refused, marks rebuilt).
 //! - `view`: what the writer shares with its readers (segments, durable ends, sparse index).
 //! - [`keeper`]: the thread that preallocates spares and syncs directories off the commit path.
-//! - [`meta`]: `meta.db`.
+//! - [`meta`]: the stream's `meta.db`.
 //! - [`marks`]: publisher marks `(last_seq, last_offset)` and the in-memory dedupe window of
 //!   [`DEDUPE_WINDOW_RANGES`] committed ranges per publisher.
 //! - `upgrade`: converts a stream from the SQLite `buffer.db` (format 2) of earlier releases.

@@ -51,7 +51,7 @@ pub const TMP_SUFFIX: &str = ".tmp";
 pub const SPARSE_EVERY_BYTES: u64 = 64 << 10;
 
 /// Bytes read at a time when scanning a segment.
-const CHUNK_BYTES: usize = 1 << 20;
+pub const CHUNK_BYTES: usize = 1 << 20;
 
 /// The fixed fields of a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
