@@ -65,6 +65,17 @@ impl Server {
         launch(config, data, "127.0.0.1:0", extra).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// Like [`Server::start`] with no extra args, but the server's stderr goes to `stderr_log`
+    /// (e.g. outside a FUSE mount that holds `data`); `Err` with it when the server exits before
+    /// listening.
+    pub fn start_logged(
+        config: Option<&Path>,
+        data: &Path,
+        stderr_log: &Path,
+    ) -> Result<Server, String> {
+        launch_to(config, data, "127.0.0.1:0", &[], stderr_log.to_path_buf())
+    }
+
     /// `ws://ADDR/PATH_AND_QUERY`.
     pub fn url(&self, path_and_query: &str) -> String {
         format!(
@@ -272,12 +283,24 @@ pub fn try_start_server_at(
 
 /// Spawns `corecast serve --listen LISTEN --data DATA [--config CONFIG] EXTRA…` and waits for its
 /// "listening on ADDR" line; `Err` with the server's stderr when it exits before listening.
-#[allow(clippy::zombie_processes)] // the child is owned (killed and waited) by `Server`
 fn launch(
     config: Option<&Path>,
     data: &Path,
     listen: &str,
     extra: &[&str],
+) -> Result<Server, String> {
+    let stderr_log = data.with_extension(format!("stderr.{}.log", std::process::id()));
+    launch_to(config, data, listen, extra, stderr_log)
+}
+
+/// [`launch`] with the server's stderr going to `stderr_log`.
+#[allow(clippy::zombie_processes)] // the child is owned (killed and waited) by `Server`
+fn launch_to(
+    config: Option<&Path>,
+    data: &Path,
+    listen: &str,
+    extra: &[&str],
+    stderr_log: PathBuf,
 ) -> Result<Server, String> {
     let mut cmd = Command::new(corecast_bin());
     cmd.arg("serve")
@@ -289,7 +312,6 @@ fn launch(
         cmd.arg("--config").arg(c);
     }
     cmd.args(extra);
-    let stderr_log = data.with_extension(format!("stderr.{}.log", std::process::id()));
     if let Some(parent) = stderr_log.parent() {
         std::fs::create_dir_all(parent).ok();
     }
@@ -297,37 +319,56 @@ fn launch(
     cmd.stdout(Stdio::piped()).stderr(errf);
     let mut child = cmd.spawn().expect("spawn corecast");
     let stdout = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        let n = lines.read_line(&mut line).expect("read stdout");
-        if n == 0 {
-            let _ = child.wait();
-            return Err(format!(
-                "corecast exited before listening: {}",
-                std::fs::read_to_string(&stderr_log).unwrap_or_default()
-            ));
-        }
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            let addr: SocketAddr = rest
-                .split_whitespace()
-                .next()
-                .expect("addr")
-                .parse()
-                .expect("addr parses");
-            std::thread::spawn(move || {
+    // the address line is read on a thread (which then drains stdout), so a server that never
+    // reports its address fails the test after 60 s instead of hanging it
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if lines.read_line(&mut line).unwrap_or(0) == 0 {
+                let _ = tx.send(None);
+                return;
+            }
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                let addr: SocketAddr = rest
+                    .split_whitespace()
+                    .next()
+                    .expect("addr")
+                    .parse()
+                    .expect("addr parses");
+                let _ = tx.send(Some(addr));
                 let mut sink = Vec::new();
                 let _ = lines.read_to_end(&mut sink);
-            });
-            return Ok(Server {
-                child,
-                addr,
-                data: data.to_path_buf(),
-                config: config.map(Path::to_path_buf),
-                stderr_log,
-                _tmp: None,
-            });
+                return;
+            }
+        }
+    });
+    let stderr_text = || std::fs::read_to_string(&stderr_log).unwrap_or_default();
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Some(addr)) => Ok(Server {
+            child,
+            addr,
+            data: data.to_path_buf(),
+            config: config.map(Path::to_path_buf),
+            stderr_log,
+            _tmp: None,
+        }),
+        Ok(None) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            let _ = child.wait();
+            Err(format!(
+                "corecast exited before listening: {}",
+                stderr_text()
+            ))
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(format!(
+                "corecast did not report its address within 60 s: {}",
+                stderr_text()
+            ))
         }
     }
 }
