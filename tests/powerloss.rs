@@ -61,6 +61,8 @@ schema = "@trade"
 durable = true
 exactly_once = true
 max_replay = "unlimited"
+# small segments: every round rolls several times, so cuts land during rolls too
+segment_bytes = 1048576
 "#;
 
 /// Plain (at-least-once) publishers, one connection each per round: their rows' `symbol`.

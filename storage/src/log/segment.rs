@@ -345,15 +345,28 @@ pub fn zero_from(file: &File, from: u64) -> io::Result<u64> {
 }
 
 /// Creates `path` (which must not exist) preallocated to `len` bytes of zeros with `fallocate`
-/// and made durable, so appending into it later changes no file size.
+/// (or, where the filesystem has no `fallocate`, by writing the zeros) and made durable, so
+/// appending into it later changes no file size.
 pub fn preallocate(path: &Path, len: u64) -> io::Result<File> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create_new(true)
         .open(path)?;
-    rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, len)
-        .map_err(io::Error::from)?;
+    match rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, len) {
+        Ok(()) => {}
+        // filesystems without fallocate (FUSE, some network filesystems): write the zeros
+        Err(rustix::io::Errno::OPNOTSUPP) => {
+            let zeros = vec![0u8; CHUNK_BYTES];
+            let mut pos = 0;
+            while pos < len {
+                let n = (len - pos).min(CHUNK_BYTES as u64) as usize;
+                file.write_all_at(&zeros[..n], pos)?;
+                pos += n as u64;
+            }
+        }
+        Err(errno) => return Err(io::Error::from(errno)),
+    }
     file.sync_all()?;
     Ok(file)
 }
