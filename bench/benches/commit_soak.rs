@@ -92,6 +92,25 @@ fn main() {
         ms(probe_p99),
         ms(*probes.last().unwrap()),
     );
+    let bytes: u64 = std::fs::read_dir(tmp.path().join("trades/log"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0);
+    drop(buf);
+    let t = Instant::now();
+    let reopened =
+        Buffer::open_with(&tmp.path().join("trades"), Some(&schema), options).expect("reopens");
+    let took = t.elapsed();
+    assert_eq!(reopened.end_offset(), commits.len() as u64 + 1);
+    eprintln!(
+        "  reopen (every record of {} segments, {:.0} MiB of files, checked): {:.0} ms",
+        reopened.open_report().segments,
+        bytes as f64 / (1 << 20) as f64,
+        ms(took)
+    );
     eprintln!(
         "  commits slower than 3 × probe p99 ({:.3} ms): {over} of {} ({})",
         ms(limit),

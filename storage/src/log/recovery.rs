@@ -122,13 +122,9 @@ pub(crate) fn recover(
                     named.push((header.first_offset, path));
                 }
             }
-            Ok(_) | Err(RecordError::Unwritten) => {
-                if mode == Mode::Write {
-                    out.spare = Some(file);
-                }
-            }
-            Err(_) => {
-                // its first write was torn: that record never returned; use it as a spare again
+            Ok(_) | Err(RecordError::Unwritten) | Err(_) => {
+                // unused, a copy of a segment already named, or a first write that was torn
+                // (that record never returned): cleared, it is a spare again
                 if mode == Mode::Write {
                     segment::zero_from(&file, 0)
                         .map_err(StorageError::io(&path, "clearing a torn spare segment"))?;
