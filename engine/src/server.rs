@@ -125,6 +125,7 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
     .map_err(StartError::Other)?;
     crate::cursor::install(key);
     crate::session::sse::install(&cfg.http_api);
+    crate::session::deliver::install_write_timeout(cfg.write_timeout);
     // SO_REUSEPORT would let a second server share the port silently: probe without it first.
     // A port whose previous owner just exited can stay busy for a moment while its last
     // connections close: retry for up to 2 s before calling it in use.

@@ -26,7 +26,7 @@ use corecast_net::ws::frame::{encode_close, encode_ping, frame_in_place, OpCode}
 use corecast_storage::json;
 use sonic_rs::{JsonContainerTrait, JsonValueTrait, Value};
 
-use super::deliver::WRITE_STALL_TIMEOUT;
+use super::deliver::write_timeout;
 use super::keepalive::{self, Due, Keepalive};
 use super::pong::OwedPong;
 use super::ws_io::{WsIn, WsReader, LINGER};
@@ -408,10 +408,10 @@ async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Opt
         }
         if !out.is_empty() {
             state.reader.raise();
-            // a peer that takes nothing for WRITE_STALL_TIMEOUT is given up on, as a
+            // a peer that takes nothing for the write timeout is given up on, as a
             // subscriber is: its replies cannot be delivered
             let write = wr.write_all(std::mem::take(&mut out));
-            let Some((res, back)) = rt::timeout(WRITE_STALL_TIMEOUT, write).await else {
+            let Some((res, back)) = rt::timeout(write_timeout(), write).await else {
                 state.gone.set(true);
                 state.end_reading();
                 return;
