@@ -930,3 +930,49 @@ fn silent_peers_are_pinged_then_closed_1011_and_answering_ones_stay() {
         break;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Close reasons.
+
+/// Issue 13, 2: a 4400 reason whose detail is long (a `where=` duplicate key; a query key of
+/// multibyte characters) stays valid JSON within 123 bytes: the detail is shortened at a character
+/// boundary inside its string, never the JSON cut.
+#[test]
+fn long_4400_reasons_are_valid_json_within_123_bytes() {
+    use sonic_rs::JsonValueTrait;
+    let (mut srv, mut w, _s) = start();
+    let accented = "%C3%A9".repeat(31);
+    let cases = [
+        (
+            "trades?where=%7B%22side%22%3A1%2C%22side%22%3A0%7D".to_string(),
+            "duplicate key 'side'",
+        ),
+        (
+            format!("trades?{accented}=1"),
+            "unknown query parameter(s): éé",
+        ),
+        (
+            format!("trades?publish&{accented}=1"),
+            "unknown query parameter(s): éé",
+        ),
+    ];
+    for (path, starts) in cases {
+        let mut raw = Raw::connect(&srv);
+        raw.send(handshake(&path, &[]).as_bytes());
+        let resp = raw.response();
+        assert_eq!(resp.status, 101, "{path}: {resp:?}");
+        let (code, reason) = raw.close();
+        assert_eq!(code, 4400, "{path}: {reason}");
+        assert!(reason.len() <= 123, "{path}: {} bytes", reason.len());
+        let v: sonic_rs::Value = sonic_rs::from_str(&reason)
+            .unwrap_or_else(|e| panic!("{path}: reason is not JSON ({e}): {reason}"));
+        assert_eq!(v["error"].as_str(), Some("bad_request"), "{reason}");
+        let detail = v["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains(starts) && detail.len() > starts.len(),
+            "{path}: detail {detail:?}"
+        );
+        raw.expect_end();
+        still_fine(&mut srv, &mut w);
+    }
+}

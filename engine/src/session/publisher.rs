@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use corecast_net::protocol::close_reason::CloseReason;
 use corecast_net::protocol::reply::{Offsets, Reply};
 use corecast_net::protocol::ServerMessage;
 use corecast_net::rt::{self, WriteHalf};
@@ -157,12 +158,13 @@ async fn read_loop(
         match ev {
             WsIn::Frame(Received::Message { data, .. }) => {
                 if data.len() > stream.cfg.max_message_bytes {
-                    let reason = format!(
-                        "{{\"error\":\"too_big\",\"size\":{},\"limit\":{},\"stream\":{}}}",
-                        data.len(),
-                        stream.cfg.max_message_bytes,
-                        sonic_rs::to_string(&stream.cfg.name).unwrap_or_default()
-                    );
+                    // a long stream name is dropped rather than cut (123 bytes at most)
+                    let reason = CloseReason::TooBig {
+                        size: data.len() as u64,
+                        limit: stream.cfg.max_message_bytes as u64,
+                        stream: &stream.cfg.name,
+                    }
+                    .encode();
                     *state.close.borrow_mut() = Some((1009, reason));
                     break;
                 }
