@@ -976,3 +976,50 @@ fn long_4400_reasons_are_valid_json_within_123_bytes() {
         still_fine(&mut srv, &mut w);
     }
 }
+
+/// Issue 13, 3: the 426 for an unsupported or missing `Sec-WebSocket-Version` names the protocol
+/// to switch to (`Upgrade: websocket`, RFC 9110 §15.5.22) and the version spoken
+/// (`Sec-WebSocket-Version: 13`, RFC 6455 §4.4), and says what was wrong in plain words.
+#[test]
+fn the_426_carries_upgrade_websocket_and_a_plain_message() {
+    use sonic_rs::JsonValueTrait;
+    let (mut srv, mut w, _s) = start();
+    let missing = handshake("live", &[]).replace("Sec-WebSocket-Version: 13\r\n", "");
+    let cases = [
+        (
+            handshake("live", &["Sec-WebSocket-Version: 8"]),
+            "unsupported Sec-WebSocket-Version 8 (this server speaks 13)",
+        ),
+        (
+            handshake("live", &["Sec-WebSocket-Version: 14"]),
+            "unsupported Sec-WebSocket-Version 14 (this server speaks 13)",
+        ),
+        (
+            missing,
+            "missing Sec-WebSocket-Version (this server speaks 13)",
+        ),
+    ];
+    for (req, message) in cases {
+        let resp = exchange(&srv, req.into_bytes());
+        assert_eq!(resp.status, 426, "{resp:?}");
+        assert_eq!(resp.header("sec-websocket-version"), Some("13"), "{resp:?}");
+        assert!(
+            resp.header("upgrade")
+                .is_some_and(|u| u.eq_ignore_ascii_case("websocket")),
+            "{resp:?}"
+        );
+        let connection: Vec<String> = resp
+            .headers
+            .iter()
+            .filter(|(n, _)| n == "connection")
+            .flat_map(|(_, v)| v.split(',').map(|t| t.trim().to_ascii_lowercase()))
+            .collect();
+        assert!(
+            connection.iter().any(|t| t == "upgrade") && connection.iter().any(|t| t == "close"),
+            "{resp:?}"
+        );
+        assert_eq!(resp.error_code(), "bad_handshake");
+        assert_eq!(resp.json()["error"]["message"].as_str(), Some(message));
+        still_fine(&mut srv, &mut w);
+    }
+}
