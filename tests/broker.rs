@@ -2105,3 +2105,30 @@ fn a_filtered_replay_reads_past_chunks_with_no_match_without_waiting_for_a_publi
     assert_eq!(offset, Some(12_001), "{frame}");
     assert!(row.contains("\"symbol\":\"ETHUSD\""), "{frame}");
 }
+
+/// Issue 13, 4: JSON `-0` is an integer literal meaning 0. An integer column takes it and the
+/// subscriber receives `0`; a fractional float is still rejected.
+#[test]
+fn minus_zero_is_accepted_by_an_integer_column_as_0() {
+    let setup = Setup::new();
+    let cfg = standard_config(&setup);
+    let srv = Server::start(Some(&cfg), &setup.data(), &[]);
+    let (mut sub, _) = open(&srv, "trades");
+    let (mut publ, _) = open(&srv, "trades?publish");
+    let row =
+        r#"{"event_ts":-0,"price":85566.5,"amount":0.015,"side":-0,"symbol":"A","trade_id":-0}"#;
+    let reply = call(&mut publ, row);
+    assert_eq!(reply, r#"{"ok":[1]}"#, "{reply}");
+    let frame = recv_text(&mut sub);
+    assert!(
+        frame.ends_with(
+            r#"{"event_ts":0,"price":85566.5,"amount":0.015,"side":0,"symbol":"A","trade_id":0}]"#
+        ),
+        "{frame}"
+    );
+    let reply = call(&mut publ, &row.replace(r#""side":-0"#, r#""side":-0.5"#));
+    assert!(
+        reply.contains("rejected") && reply.contains("side"),
+        "{reply}"
+    );
+}
