@@ -169,7 +169,12 @@ async fn read_loop(
                     break;
                 }
                 state.reader_busy.set(true);
-                let p = handle_frame(&ctx, &stream, &data, eo.as_deref()).await;
+                let Some(p) = handle_frame(&ctx, &stream, &data, eo.as_deref()).await else {
+                    // taken over before this frame reached the writer: it is not committed and
+                    // not answered here (the newer connection's greeting does not count it)
+                    state.reader_busy.set(false);
+                    break;
+                };
                 state.push(p);
                 state.reader_busy.set(false);
                 while state.owed.get() >= stream.cfg.max_in_flight && !state.dead.get() {
@@ -217,28 +222,31 @@ async fn read_loop(
 }
 
 /// Parses, checks and encodes one publish frame; hands it to the writer. Returns the queue entry
-/// that will answer it.
+/// that will answer it, or `None` when the exactly-once id was taken over before the frame
+/// reached the writer (it is then not sent: see [`Claim::hand_over`]).
 async fn handle_frame(
     ctx: &ShardCtx,
     stream: &Stream,
     data: &[u8],
     eo: Option<&ExactlyOnce>,
-) -> Pending {
+) -> Option<Pending> {
     let v = match json::parse(data) {
         Ok(v) => v,
         Err(e) => {
-            return Pending::Ready(reply::bad_frame(&format!("publish frame is not JSON: {e}")))
+            return Some(Pending::Ready(reply::bad_frame(&format!(
+                "publish frame is not JSON: {e}"
+            ))))
         }
     };
     let (rows, seq): (Vec<&Value>, Option<u64>) = match shape(&v, eo.is_some()) {
         Ok(x) => x,
-        Err(detail) => return Pending::Ready(reply::bad_frame(&detail)),
+        Err(detail) => return Some(Pending::Ready(reply::bad_frame(&detail))),
     };
     let mut buf = Vec::with_capacity(data.len() + 16);
     let mut ends = Vec::with_capacity(rows.len());
     for row in rows {
         if let Err(e) = stream.codec.encode_row(row, &mut buf) {
-            return Pending::Ready(reply::rejected(&e.to_string()));
+            return Some(Pending::Ready(reply::rejected(&e.to_string())));
         }
         ends.push(buf.len() as u32);
     }
@@ -255,11 +263,26 @@ async fn handle_frame(
         publisher: eo.zip(seq).map(|(e, s)| (e.id.clone(), s)),
         reply: tx,
     });
-    if ctx.shared.writers[stream.writer].send(msg).is_err() {
-        stream.inbound.fetch_sub(n, Ordering::AcqRel);
-        return Pending::Ready(reply::commit_failed("the stream's writer has stopped"));
+    let writer = &ctx.shared.writers[stream.writer];
+    // an exactly-once frame goes to the writer only while this connection holds the id, checked
+    // and sent atomically with respect to a takeover (whose Mark then queues behind it)
+    let sent = match eo {
+        Some(e) => e.claim.hand_over(|| writer.send(msg)),
+        None => Some(writer.send(msg)),
+    };
+    match sent {
+        Some(Ok(())) => Some(Pending::Owed(rx)),
+        Some(Err(_)) => {
+            stream.inbound.fetch_sub(n, Ordering::AcqRel);
+            Some(Pending::Ready(reply::commit_failed(
+                "the stream's writer has stopped",
+            )))
+        }
+        None => {
+            stream.inbound.fetch_sub(n, Ordering::AcqRel);
+            None
+        }
     }
-    Pending::Owed(rx)
 }
 
 fn type_name(v: &Value) -> &'static str {
