@@ -930,3 +930,205 @@ fn silent_peers_are_pinged_then_closed_1011_and_answering_ones_stay() {
         break;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Close reasons.
+
+/// Issue 13, 2: a 4400 reason whose detail is long (a `where=` duplicate key; a query key of
+/// multibyte characters) stays valid JSON within 123 bytes: the detail is shortened at a character
+/// boundary inside its string, never the JSON cut.
+#[test]
+fn long_4400_reasons_are_valid_json_within_123_bytes() {
+    use sonic_rs::JsonValueTrait;
+    let (mut srv, mut w, _s) = start();
+    let accented = "%C3%A9".repeat(31);
+    let cases = [
+        (
+            "trades?where=%7B%22side%22%3A1%2C%22side%22%3A0%7D".to_string(),
+            "duplicate key 'side'",
+        ),
+        (
+            format!("trades?{accented}=1"),
+            "unknown query parameter(s): éé",
+        ),
+        (
+            format!("trades?publish&{accented}=1"),
+            "unknown query parameter(s): éé",
+        ),
+    ];
+    for (path, starts) in cases {
+        let mut raw = Raw::connect(&srv);
+        raw.send(handshake(&path, &[]).as_bytes());
+        let resp = raw.response();
+        assert_eq!(resp.status, 101, "{path}: {resp:?}");
+        let (code, reason) = raw.close();
+        assert_eq!(code, 4400, "{path}: {reason}");
+        assert!(reason.len() <= 123, "{path}: {} bytes", reason.len());
+        let v: sonic_rs::Value = sonic_rs::from_str(&reason)
+            .unwrap_or_else(|e| panic!("{path}: reason is not JSON ({e}): {reason}"));
+        assert_eq!(v["error"].as_str(), Some("bad_request"), "{reason}");
+        let detail = v["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains(starts) && detail.len() > starts.len(),
+            "{path}: detail {detail:?}"
+        );
+        raw.expect_end();
+        still_fine(&mut srv, &mut w);
+    }
+}
+
+/// Issue 13, 3: the 426 for an unsupported or missing `Sec-WebSocket-Version` names the protocol
+/// to switch to (`Upgrade: websocket`, RFC 9110 §15.5.22) and the version spoken
+/// (`Sec-WebSocket-Version: 13`, RFC 6455 §4.4), and says what was wrong in plain words.
+#[test]
+fn the_426_carries_upgrade_websocket_and_a_plain_message() {
+    use sonic_rs::JsonValueTrait;
+    let (mut srv, mut w, _s) = start();
+    let missing = handshake("live", &[]).replace("Sec-WebSocket-Version: 13\r\n", "");
+    let cases = [
+        (
+            handshake("live", &["Sec-WebSocket-Version: 8"]),
+            "unsupported Sec-WebSocket-Version 8 (this server speaks 13)",
+        ),
+        (
+            handshake("live", &["Sec-WebSocket-Version: 14"]),
+            "unsupported Sec-WebSocket-Version 14 (this server speaks 13)",
+        ),
+        (
+            missing,
+            "missing Sec-WebSocket-Version (this server speaks 13)",
+        ),
+    ];
+    for (req, message) in cases {
+        let resp = exchange(&srv, req.into_bytes());
+        assert_eq!(resp.status, 426, "{resp:?}");
+        assert_eq!(resp.header("sec-websocket-version"), Some("13"), "{resp:?}");
+        assert!(
+            resp.header("upgrade")
+                .is_some_and(|u| u.eq_ignore_ascii_case("websocket")),
+            "{resp:?}"
+        );
+        let connection: Vec<String> = resp
+            .headers
+            .iter()
+            .filter(|(n, _)| n == "connection")
+            .flat_map(|(_, v)| v.split(',').map(|t| t.trim().to_ascii_lowercase()))
+            .collect();
+        assert!(
+            connection.iter().any(|t| t == "upgrade") && connection.iter().any(|t| t == "close"),
+            "{resp:?}"
+        );
+        assert_eq!(resp.error_code(), "bad_handshake");
+        assert_eq!(resp.json()["error"]["message"].as_str(), Some(message));
+        still_fine(&mut srv, &mut w);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Start-up.
+
+/// What one connection attempt during a restart got.
+#[derive(Debug, PartialEq, Eq)]
+enum Attempt {
+    /// Nothing listens yet (or any more): the connect itself was refused.
+    Refused,
+    /// Accepted and answered with an HTTP status line.
+    Answered,
+    /// Accepted, then closed or reset before any status line: what must never happen.
+    Dropped(String),
+}
+
+fn attempt(addr: std::net::SocketAddr) -> Attempt {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(2)) else {
+        return Attempt::Refused;
+    };
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    if let Err(e) = s.write_all(b"GET /stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") {
+        return Attempt::Dropped(format!("write: {e}"));
+    }
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 512];
+    while got.len() < 9 {
+        match s.read(&mut chunk) {
+            Ok(0) => return Attempt::Dropped(format!("EOF after {got:?}")),
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+            Err(e) => return Attempt::Dropped(format!("read: {e}")),
+        }
+    }
+    assert!(got.starts_with(b"HTTP/1.1 "), "{got:?}");
+    Attempt::Answered
+}
+
+/// Whether a socket listens on `port` (`/proc/net/tcp`, state 0A).
+fn listening(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    table.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3
+            && f[3] == "0A"
+            && f[1]
+                .rsplit(':')
+                .next()
+                .and_then(|p| u16::from_str_radix(p, 16).ok())
+                == Some(port)
+    })
+}
+
+/// Issue 13, 6: a client connecting while a restarting server probes its port is refused or
+/// served, never accepted and then reset (the port probe must not listen). Clients connect in
+/// tight loops across repeated restarts on one address.
+#[test]
+fn connections_during_start_up_are_refused_or_served_never_reset() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let setup = Setup::new();
+    let cfg = setup.config(CONFIG);
+    let first = Server::start(Some(&cfg), &setup.data(), &[]);
+    let addr = first.addr;
+    assert_eq!(first.stop(), Some(0));
+    // the probe of the old code listened for well under a millisecond per start: many rounds
+    let until = Instant::now() + Duration::from_secs(20);
+    let mut round = 0;
+    while Instant::now() < until {
+        round += 1;
+        // the previous run's listeners outlive its process for a moment (io_uring releases
+        // their descriptors after exit): wait until nothing listens, so that what the clients
+        // meet is this start-up alone
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while listening(addr.port()) {
+            assert!(
+                Instant::now() < deadline,
+                "the stopped server still listens"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients: Vec<_> = (0..2)
+            .map(|_| {
+                let stop = stop.clone();
+                thread::spawn(move || {
+                    let mut answered = 0u32;
+                    while !stop.load(Ordering::Relaxed) {
+                        match attempt(addr) {
+                            Attempt::Refused => {}
+                            Attempt::Answered => answered += 1,
+                            Attempt::Dropped(why) => return Err(why),
+                        }
+                    }
+                    Ok(answered)
+                })
+            })
+            .collect();
+        let server = support::start_server_at(Some(&cfg), &setup.data(), &addr.to_string());
+        // let the clients be served a moment, then stop them before the server stops
+        thread::sleep(Duration::from_millis(5));
+        stop.store(true, Ordering::Relaxed);
+        for c in clients {
+            match c.join().expect("client thread") {
+                Ok(_) => {}
+                Err(why) => panic!("round {round}: a connection was accepted, then dropped: {why}"),
+            }
+        }
+        assert_eq!(server.stop(), Some(0));
+    }
+}

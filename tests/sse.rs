@@ -585,3 +585,117 @@ fn a_filtered_replay_reads_past_rows_with_no_match_without_waiting_for_a_publish
     assert_eq!((id.as_deref(), event.as_str()), (Some("12001"), "message"));
     assert!(data.contains("\"symbol\":\"B\""), "{data}");
 }
+
+/// The inodes of the server-side sockets of the connection from `client_port` to `server_port`
+/// (`/proc/net/tcp`; 0 once no descriptor holds a socket).
+fn tcp_inodes(server_port: u16, client_port: u16) -> Vec<u64> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next().unwrap_or(""), 16).ok();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 9 && port(f[1]) == Some(server_port) && port(f[2]) == Some(client_port))
+                .then(|| f[9].parse().ok())
+                .flatten()
+        })
+        .collect()
+}
+
+/// Whether process `pid` holds a descriptor of the server side of the connection from
+/// `client_port`.
+fn holds_socket(pid: u32, server_port: u16, client_port: u16) -> bool {
+    let inodes = tcp_inodes(server_port, client_port);
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            l.strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse::<u64>()
+                .ok()
+        })
+        .any(|ino| ino != 0 && inodes.contains(&ino))
+}
+
+/// Issue 13, 1: an SSE reader that stops reading (4 KiB receive buffer, never read after its
+/// first event) is released — its descriptor closed, not only half-closed — shortly after a write
+/// to it has not completed within `write_timeout_s`, as a WebSocket subscriber is.
+#[test]
+fn a_reader_that_stops_reading_is_released_after_the_write_timeout() {
+    use std::io::{Read, Write};
+    let setup = Setup::new();
+    let cfg =
+        setup.config("write_timeout_s = 2\n[[stream]]\nname = \"trades\"\nschema = \"@trade\"\n");
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let pid = server.child.id();
+    let sock =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+    sock.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    sock.connect(&server.addr.into()).expect("connect");
+    let mut sse: std::net::TcpStream = sock.into();
+    sse.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let client_port = sse.local_addr().expect("local addr").port();
+    write!(
+        sse,
+        "GET /trades/events HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        server.addr
+    )
+    .expect("request");
+    let mut publ = ws_connect(&server.url("trades?publish"));
+    let _greeting = recv_text(&mut publ);
+    // 200,000 rows in batches of 100, 32 batches in flight at a time
+    let mut sent = 0i64;
+    let mut first_event = false;
+    while sent < 200_000 {
+        let mut window = 0;
+        while window < 32 && sent < 200_000 {
+            let frame = format!("[{}]", rows(sent, 100, "A").join(","));
+            publ.send(tungstenite::Message::text(frame))
+                .expect("publish");
+            sent += 100;
+            window += 1;
+        }
+        for _ in 0..window {
+            let reply = recv_text(&mut publ);
+            assert!(reply.contains("\"ok\""), "{reply}");
+        }
+        // read up to the first event, then never again
+        let mut got = Vec::new();
+        while !first_event {
+            let mut chunk = [0u8; 1024];
+            let n = sse.read(&mut chunk).expect("read the first event");
+            assert!(n > 0, "the stream ended before its first event");
+            got.extend_from_slice(&chunk[..n]);
+            first_event = got.windows(7).any(|w| w == b"\ndata: ");
+        }
+    }
+    assert!(holds_socket(pid, server.addr.port(), client_port));
+    // the write in flight times out after 2 s; the descriptor must go soon after
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while holds_socket(pid, server.addr.port(), client_port) {
+        assert!(
+            Instant::now() < deadline,
+            "the server still holds the stalled SSE reader's socket 15 s after its last publish"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let m = http_get(server.addr, "/metrics").text();
+    assert!(
+        m.contains("corecast_subscribers{stream=\"trades\",transport=\"sse\"} 0"),
+        "{m}"
+    );
+    // what the kernel still held for it arrives, then the end of the stream
+    let mut sink = vec![0u8; 1 << 16];
+    loop {
+        match sse.read(&mut sink) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("no end of stream after the release: {e}"),
+        }
+    }
+}

@@ -16,6 +16,9 @@
 //! segment_bytes = 67108864       # durable streams: bytes per preallocated hot-log segment file
 //! ```
 //!
+//! Top-level `write_timeout_s = 30` (1..=3600) is how long one write to a client may take before
+//! the connection is given up on (a subscriber, SSE reader or publisher that stopped reading).
+//!
 //! Defaults mirror PROTOCOL.md §10. A bad file is refused with the file, the key and the reason
 //! ([`ConfigError`]).
 
@@ -47,7 +50,14 @@ pub struct Config {
     pub http_api: HttpApiConfig,
     /// WebSocket keepalive (`[websocket]`); `None` when `ping_interval_s = 0`.
     pub keepalive: Option<KeepaliveConfig>,
+    /// How long one write to a client may take before its connection is dropped
+    /// (`write_timeout_s`, default 30 s): a peer that stopped reading must not hold its
+    /// descriptor and the shared batch buffers forever.
+    pub write_timeout: Duration,
 }
+
+/// The default of `write_timeout_s`.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// WebSocket keepalive, as the reference server (uvicorn) does it (`../shared/PROTOCOL.md` §1):
 /// a connection the server has heard nothing from for `interval` is pinged, and one still
@@ -191,6 +201,7 @@ struct RawConfig {
     cursor_ttl_s: Option<i64>,
     sse: Option<RawSse>,
     websocket: Option<RawWebsocket>,
+    write_timeout_s: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -253,6 +264,7 @@ impl Config {
             echo: false,
             http_api: HttpApiConfig::default(),
             keepalive: Some(KeepaliveConfig::default()),
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
         }
     }
 
@@ -429,6 +441,8 @@ impl Config {
                 keepalive.timeout = Duration::from_secs(n);
             }
         }
+        let write_timeout = within(raw.write_timeout_s, "write_timeout_s", 1, 3600)?
+            .map_or(DEFAULT_WRITE_TIMEOUT, Duration::from_secs);
         Ok(Config {
             listen,
             data_dir,
@@ -436,6 +450,7 @@ impl Config {
             echo: false,
             http_api: api,
             keepalive: keepalive_on.then_some(keepalive),
+            write_timeout,
         })
     }
 }
@@ -513,6 +528,30 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("websocket.ping_timeout_s"), "{e}");
+    }
+
+    #[test]
+    fn write_timeout_defaults_to_30_s_and_can_be_set() {
+        let d = tempfile::tempdir().unwrap();
+        let load = |extra: &str| {
+            let p = write(
+                d.path(),
+                "w.toml",
+                &format!("{extra}[[stream]]\nname = \"t\"\n"),
+            );
+            Config::load(&p)
+        };
+        assert_eq!(load("").unwrap().write_timeout, Duration::from_secs(30));
+        assert_eq!(
+            Config::embedded_default().write_timeout,
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            load("write_timeout_s = 2\n").unwrap().write_timeout,
+            Duration::from_secs(2)
+        );
+        let e = load("write_timeout_s = 0\n").unwrap_err();
+        assert_eq!(e.key, "write_timeout_s", "{e}");
     }
 
     #[test]

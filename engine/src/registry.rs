@@ -45,10 +45,33 @@ pub struct StreamStats {
 
 /// An exactly-once publisher's claim on its id. A newer connection with the same id sets
 /// `superseded` on the older claim (PROTOCOL.md §7, 4409).
+///
+/// The takeover rule: every frame the older connection handed to the writer commits before the
+/// newer greeting's mark is read (`WriterMsg::Mark` queues behind it), and no frame is handed
+/// over once the newer connection may have asked for its mark. Checking `superseded` and then
+/// sending is not enough on its own — the older connection's shard may check, be descheduled,
+/// and send after the newer one's `Mark` — so both go through `gate`: the older connection
+/// checks and sends its `Append` under it ([`Claim::hand_over`]), and the takeover sets
+/// `superseded` under it ([`Stream::claim`]) before the `Mark` is sent.
 #[derive(Default)]
 pub struct Claim {
     /// Set when a newer connection took the id over.
     pub superseded: AtomicBool,
+    /// Held while the older connection hands a frame to the writer, and while the takeover
+    /// marks the claim superseded.
+    gate: Mutex<()>,
+}
+
+impl Claim {
+    /// Runs `send` (handing a frame to the writer) unless the claim is superseded, atomically
+    /// with respect to a takeover; `None` when superseded (nothing was sent).
+    pub fn hand_over<T>(&self, send: impl FnOnce() -> T) -> Option<T> {
+        let _gate = self.gate.lock().unwrap_or_else(|p| p.into_inner());
+        if self.superseded.load(Ordering::SeqCst) {
+            return None;
+        }
+        Some(send())
+    }
 }
 
 /// One declared stream.
@@ -94,10 +117,17 @@ impl Stream {
     }
 
     /// Takes the exactly-once id `id` for a new connection, marking any older claim superseded.
+    /// When this returns, the older connection has handed its last frame to the writer (under
+    /// the claim's gate) and will hand over no more: a `WriterMsg::Mark` sent after it reads a
+    /// mark that includes every frame the older connection will ever be acknowledged for.
     pub fn claim(&self, id: &str) -> Arc<Claim> {
         let claim = Arc::new(Claim::default());
-        let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(old) = claims.insert(id.to_string(), claim.clone()) {
+        let old = {
+            let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+            claims.insert(id.to_string(), claim.clone())
+        };
+        if let Some(old) = old {
+            let _gate = old.gate.lock().unwrap_or_else(|p| p.into_inner());
             old.superseded.store(true, Ordering::SeqCst);
         }
         claim

@@ -12,7 +12,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::fs::File;
 use std::hash::{Hash, Hasher};
-use std::net::{SocketAddr, TcpListener as StdListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -83,6 +83,36 @@ pub struct Running {
     _lock: File,
 }
 
+/// Checks that `listen` is free and returns the address the shards must bind (the port the
+/// kernel picked when `listen` names port 0).
+///
+/// The probe binds a socket **without listening on it** and without `SO_REUSEPORT` (so a
+/// server already listening on the port, with or without it, makes the bind fail with
+/// `AddrInUse`), reads its address and closes it. It never listens: a listening probe would
+/// accept connections into its backlog during the moment it exists, and closing it would then
+/// reset them — a client connecting while a server restarts would see its connection accepted
+/// and then dropped. `SO_REUSEADDR` is set as `std`'s listener sets it, so connections of a
+/// previous run still in TIME_WAIT do not hold the port.
+fn probe_port(listen: SocketAddr) -> std::io::Result<SocketAddr> {
+    let socket = probe_socket(listen)?;
+    let bound = socket.local_addr()?;
+    bound.as_socket().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the probe socket has no IP address",
+        )
+    })
+}
+
+/// The socket [`probe_port`] binds: `SO_REUSEADDR`, bound to `listen`, never listening.
+fn probe_socket(listen: SocketAddr) -> std::io::Result<socket2::Socket> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(listen), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&listen.into())?;
+    Ok(socket)
+}
+
 fn owner(name: &str, writers: usize) -> usize {
     let mut h = DefaultHasher::new();
     name.hash(&mut h);
@@ -124,14 +154,15 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
     .map_err(StartError::Other)?;
     crate::cursor::install(key);
     crate::session::sse::install(&cfg.http_api);
+    crate::session::deliver::install_write_timeout(cfg.write_timeout);
     // SO_REUSEPORT would let a second server share the port silently: probe without it first.
     // A port whose previous owner just exited can stay busy for a moment while its last
     // connections close: retry for up to 2 s before calling it in use.
-    let probe = {
+    let addr = {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
         loop {
-            match StdListener::bind(cfg.listen) {
-                Ok(l) => break l,
+            match probe_port(cfg.listen) {
+                Ok(addr) => break addr,
                 Err(e)
                     if e.kind() == std::io::ErrorKind::AddrInUse
                         && std::time::Instant::now() < deadline =>
@@ -147,10 +178,6 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
             }
         }
     };
-    let addr = probe
-        .local_addr()
-        .map_err(|e| StartError::Other(e.to_string()))?;
-    drop(probe);
 
     // open the streams
     let writers_n = cores;
@@ -333,5 +360,31 @@ impl Running {
         }
         drop(self.shared);
         self.pool.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The port probe never accepts a connection: one made while it holds the port is refused,
+    /// not queued in a backlog that closing the probe would reset.
+    #[test]
+    fn the_port_probe_does_not_listen() {
+        let probe = probe_socket("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = probe.local_addr().unwrap().as_socket().unwrap();
+        assert_ne!(addr.port(), 0, "the kernel picked a port");
+        let e = std::net::TcpStream::connect(addr).expect_err("nothing listens");
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+        drop(probe);
+        // a port some listener holds is in use for the probe
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let e = probe_port(l.local_addr().unwrap()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
+        // port 0: the address of a free port the kernel picked
+        assert_ne!(
+            probe_port("127.0.0.1:0".parse().unwrap()).unwrap().port(),
+            0
+        );
     }
 }

@@ -150,6 +150,27 @@ fn every_refusal_and_its_status() {
             status == 426,
             "{text}"
         );
+        // a 426 names the protocol to upgrade to, with the connection option that goes with it
+        assert_eq!(
+            text.contains("\r\nUpgrade: websocket\r\n")
+                && text.contains("\r\nconnection: upgrade, close\r\n"),
+            status == 426,
+            "{text}"
+        );
+        assert!(!text.contains("Some("), "{text}");
+    }
+    assert_eq!(
+        HandshakeError::UnsupportedVersion {
+            version: Some("8".into())
+        }
+        .to_string(),
+        "unsupported Sec-WebSocket-Version 8 (this server speaks 13)"
+    );
+    for version in [None, Some(String::new())] {
+        assert_eq!(
+            HandshakeError::UnsupportedVersion { version }.to_string(),
+            "missing Sec-WebSocket-Version (this server speaks 13)"
+        );
     }
     assert_eq!(
         HandshakeError::MethodNotGet {

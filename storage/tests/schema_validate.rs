@@ -855,6 +855,44 @@ fn json_parse_then_encode_is_the_publish_path() {
     assert_eq!(out.iter().filter(|b| **b == b'\n').count(), 3);
 }
 
+/// JSON `-0` is an integer literal (RFC 8259 §6) meaning 0: an integer column takes it on the
+/// publish path (json::parse, which hands it over as the float 0.0) and writes `0`.
+#[test]
+fn minus_zero_in_an_integer_column_is_the_integer_0() {
+    let codec = codec();
+    let publish = |text: &str| {
+        let value = json::parse(text.as_bytes()).expect("JSON");
+        let mut out = Vec::new();
+        codec
+            .encode_row(&value, &mut out)
+            .map(|()| String::from_utf8(out).expect("UTF-8"))
+    };
+    for col in ["i", "i32"] {
+        assert_eq!(
+            publish(&row_with(col, Some("-0"))),
+            Ok(expected_with(col, "0")),
+            "{col}"
+        );
+    }
+    // nested integer fields too
+    assert_eq!(
+        publish(&row_with("st", Some(r#"{"x":-0}"#))),
+        Ok(expected_with("st", r#"{"x":0,"y":null}"#))
+    );
+    assert_eq!(
+        publish(&row_with("levels", Some(r#"[{"px":-0,"qty":-0}]"#))),
+        Ok(expected_with("levels", r#"[{"px":0.0,"qty":0}]"#))
+    );
+    // any other float is still refused
+    for float in ["-0.5", "-1e2", "2.0"] {
+        let e = publish(&row_with("i", Some(float))).expect_err(float);
+        assert!(
+            matches!(e.reason, RejectReason::FloatForInteger { .. }),
+            "{float}: {e:?}"
+        );
+    }
+}
+
 /// An independent formatter: `std`'s shortest digits (`{:e}`), laid out as msgspec / ryu do.
 fn reference_layout(sci: &str, max_fixed: i32, min_fixed: i32) -> String {
     let (mantissa, exp) = sci.split_once('e').expect("sci");

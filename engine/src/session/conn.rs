@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use corecast_net::http::request::{parse_request, HttpLimits, Request};
 use corecast_net::http::response::{head_only, http_error_response, json_error, ResponseHead};
+use corecast_net::protocol::close_reason::{CloseReason, NotReplayable};
 use corecast_net::protocol::greeting::{Greeting, PublisherMark};
 use corecast_net::protocol::ServerMessage;
 use corecast_net::rt::{self, Conn, WriteHalf};
@@ -237,31 +238,32 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
 /// The first offset to replay for `offset=n` with the frontier at `head`, or the 4416 refusal
 /// (PROTOCOL.md §6).
 fn replay_window(st: &Stream, n: u64, head: u64) -> Result<u64, Refusal> {
-    let refuse = |fields: String| Refusal {
-        code: 4416,
-        reason: format!("{{\"error\":\"not_replayable\",{fields}}}"),
-    };
+    let refuse = |why: NotReplayable| Err(CloseReason::NotReplayable(why).into());
     if !st.durable() {
-        return Err(refuse(r#""why":"not_durable""#.into()));
+        return refuse(NotReplayable::NotDurable);
     }
     let earliest = st.earliest.load(Ordering::Acquire).min(head).max(1);
     let first = if n == 0 { earliest } else { n };
     if first > head {
-        return Err(refuse(format!(
-            r#""why":"ahead","offset":{first},"end_offset":{head}"#
-        )));
+        return refuse(NotReplayable::Ahead {
+            offset: first,
+            end_offset: head,
+        });
     }
     if first < earliest {
-        return Err(refuse(format!(
-            r#""why":"evicted","offset":{first},"earliest":{earliest}"#
-        )));
+        return refuse(NotReplayable::Evicted {
+            offset: first,
+            earliest,
+        });
     }
     if let Some(max) = st.cfg.max_replay {
         let behind = head - first;
         if behind > max {
-            return Err(refuse(format!(
-                r#""why":"too_old","offset":{first},"behind":{behind},"max_replay":{max}"#
-            )));
+            return refuse(NotReplayable::TooOld {
+                offset: first,
+                behind,
+                max_replay: max,
+            });
         }
     }
     Ok(first)

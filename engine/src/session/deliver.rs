@@ -5,7 +5,8 @@
 //! (`FrameBatch`'s WebSocket frames, or its lazily built SSE events); the cursor arithmetic, the
 //! `where=` filtering and the write bounds are the same and live here. Runs on the session's shard.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use corecast_net::rt::{self, FrameVec, WriteHalf};
@@ -17,11 +18,23 @@ use crate::registry::{now_us, Stream};
 /// Most bytes gathered into one vectored write (4 MiB).
 pub const WRITE_BYTES_MAX: usize = 4 << 20;
 
-/// How long one vectored write may take to complete. A subscriber whose socket accepts nothing
-/// for this long (it stopped reading) is disconnected and counted in `dropped_slow`: no close
-/// frame can reach a socket that takes no bytes, and the connection must not hold its
-/// descriptor and shared batch buffers forever.
-pub const WRITE_STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long one write may take to complete, in ms (the config's `write_timeout_s`, 30 s unless
+/// set). A subscriber whose socket accepts nothing for this long (it stopped reading) is
+/// disconnected and counted in `dropped_slow`: no close frame can reach a socket that takes no
+/// bytes, and the connection must not hold its descriptor and shared batch buffers forever.
+/// Publishers' reply writes are bounded by the same timeout.
+static WRITE_TIMEOUT_MS: AtomicU64 =
+    AtomicU64::new(crate::config::DEFAULT_WRITE_TIMEOUT.as_millis() as u64);
+
+/// Installs the write timeout (at server start, from `write_timeout_s`).
+pub fn install_write_timeout(d: Duration) {
+    WRITE_TIMEOUT_MS.store(d.as_millis().max(1) as u64, Ordering::Relaxed);
+}
+
+/// The write timeout in force (see [`install_write_timeout`]).
+pub fn write_timeout() -> Duration {
+    Duration::from_millis(WRITE_TIMEOUT_MS.load(Ordering::Relaxed))
+}
 
 /// Which rendering of a batch a session sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,7 +137,7 @@ fn gather_from(
 
 /// Writes everything `fv` holds and counts `messages` rows (and the bytes) as sent on `stream`.
 /// `None` when the socket failed, or did not take one write (≤ 4 MiB) within
-/// [`WRITE_STALL_TIMEOUT`]: the session then
+/// [`write_timeout`]: the session then
 /// ends without a close frame.
 pub async fn write(
     stream: &Stream,
@@ -134,7 +147,7 @@ pub async fn write(
 ) -> Option<()> {
     let bytes = fv.len() as u64;
     let write = wr.write_frames(std::mem::take(fv));
-    let Some((res, back)) = rt::timeout(WRITE_STALL_TIMEOUT, write).await else {
+    let Some((res, back)) = rt::timeout(write_timeout(), write).await else {
         stream.stats.dropped_slow.fetch_add(1, Ordering::Relaxed);
         return None;
     };

@@ -5,7 +5,7 @@
 //! figures of [`KeepaliveConfig`], counting any complete message or control frame from the peer
 //! as hearing from it (a publisher sending rows is alive; a subscriber answers the ping with a
 //! pong). A subscriber is checked when it waits for rows, so one sent rows without pause is
-//! left to the write timeout (`deliver::WRITE_STALL_TIMEOUT`). Without
+//! left to the write timeout (`deliver::write_timeout`, the config's `write_timeout_s`). Without
 //! it a peer that vanished (a host gone without a FIN) on a quiet stream, or one that stopped
 //! in the middle of a frame, would hold its socket and its buffers for good.
 //!

@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use corecast_net::protocol::close_reason::CloseReason;
 use corecast_net::protocol::reply::{Offsets, Reply};
 use corecast_net::protocol::ServerMessage;
 use corecast_net::rt::{self, WriteHalf};
@@ -26,7 +27,7 @@ use corecast_net::ws::frame::{encode_close, encode_ping, frame_in_place, OpCode}
 use corecast_storage::json;
 use sonic_rs::{JsonContainerTrait, JsonValueTrait, Value};
 
-use super::deliver::WRITE_STALL_TIMEOUT;
+use super::deliver::write_timeout;
 use super::keepalive::{self, Due, Keepalive};
 use super::pong::OwedPong;
 use super::ws_io::{WsIn, WsReader, LINGER};
@@ -157,17 +158,23 @@ async fn read_loop(
         match ev {
             WsIn::Frame(Received::Message { data, .. }) => {
                 if data.len() > stream.cfg.max_message_bytes {
-                    let reason = format!(
-                        "{{\"error\":\"too_big\",\"size\":{},\"limit\":{},\"stream\":{}}}",
-                        data.len(),
-                        stream.cfg.max_message_bytes,
-                        sonic_rs::to_string(&stream.cfg.name).unwrap_or_default()
-                    );
+                    // a long stream name is dropped rather than cut (123 bytes at most)
+                    let reason = CloseReason::TooBig {
+                        size: data.len() as u64,
+                        limit: stream.cfg.max_message_bytes as u64,
+                        stream: &stream.cfg.name,
+                    }
+                    .encode();
                     *state.close.borrow_mut() = Some((1009, reason));
                     break;
                 }
                 state.reader_busy.set(true);
-                let p = handle_frame(&ctx, &stream, &data, eo.as_deref()).await;
+                let Some(p) = handle_frame(&ctx, &stream, &data, eo.as_deref()).await else {
+                    // taken over before this frame reached the writer: it is not committed and
+                    // not answered here (the newer connection's greeting does not count it)
+                    state.reader_busy.set(false);
+                    break;
+                };
                 state.push(p);
                 state.reader_busy.set(false);
                 while state.owed.get() >= stream.cfg.max_in_flight && !state.dead.get() {
@@ -215,28 +222,31 @@ async fn read_loop(
 }
 
 /// Parses, checks and encodes one publish frame; hands it to the writer. Returns the queue entry
-/// that will answer it.
+/// that will answer it, or `None` when the exactly-once id was taken over before the frame
+/// reached the writer (it is then not sent: see [`Claim::hand_over`]).
 async fn handle_frame(
     ctx: &ShardCtx,
     stream: &Stream,
     data: &[u8],
     eo: Option<&ExactlyOnce>,
-) -> Pending {
+) -> Option<Pending> {
     let v = match json::parse(data) {
         Ok(v) => v,
         Err(e) => {
-            return Pending::Ready(reply::bad_frame(&format!("publish frame is not JSON: {e}")))
+            return Some(Pending::Ready(reply::bad_frame(&format!(
+                "publish frame is not JSON: {e}"
+            ))))
         }
     };
     let (rows, seq): (Vec<&Value>, Option<u64>) = match shape(&v, eo.is_some()) {
         Ok(x) => x,
-        Err(detail) => return Pending::Ready(reply::bad_frame(&detail)),
+        Err(detail) => return Some(Pending::Ready(reply::bad_frame(&detail))),
     };
     let mut buf = Vec::with_capacity(data.len() + 16);
     let mut ends = Vec::with_capacity(rows.len());
     for row in rows {
         if let Err(e) = stream.codec.encode_row(row, &mut buf) {
-            return Pending::Ready(reply::rejected(&e.to_string()));
+            return Some(Pending::Ready(reply::rejected(&e.to_string())));
         }
         ends.push(buf.len() as u32);
     }
@@ -253,11 +263,26 @@ async fn handle_frame(
         publisher: eo.zip(seq).map(|(e, s)| (e.id.clone(), s)),
         reply: tx,
     });
-    if ctx.shared.writers[stream.writer].send(msg).is_err() {
-        stream.inbound.fetch_sub(n, Ordering::AcqRel);
-        return Pending::Ready(reply::commit_failed("the stream's writer has stopped"));
+    let writer = &ctx.shared.writers[stream.writer];
+    // an exactly-once frame goes to the writer only while this connection holds the id, checked
+    // and sent atomically with respect to a takeover (whose Mark then queues behind it)
+    let sent = match eo {
+        Some(e) => e.claim.hand_over(|| writer.send(msg)),
+        None => Some(writer.send(msg)),
+    };
+    match sent {
+        Some(Ok(())) => Some(Pending::Owed(rx)),
+        Some(Err(_)) => {
+            stream.inbound.fetch_sub(n, Ordering::AcqRel);
+            Some(Pending::Ready(reply::commit_failed(
+                "the stream's writer has stopped",
+            )))
+        }
+        None => {
+            stream.inbound.fetch_sub(n, Ordering::AcqRel);
+            None
+        }
     }
-    Pending::Owed(rx)
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -408,10 +433,10 @@ async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Opt
         }
         if !out.is_empty() {
             state.reader.raise();
-            // a peer that takes nothing for WRITE_STALL_TIMEOUT is given up on, as a
+            // a peer that takes nothing for the write timeout is given up on, as a
             // subscriber is: its replies cannot be delivered
             let write = wr.write_all(std::mem::take(&mut out));
-            let Some((res, back)) = rt::timeout(WRITE_STALL_TIMEOUT, write).await else {
+            let Some((res, back)) = rt::timeout(write_timeout(), write).await else {
                 state.gone.set(true);
                 state.end_reading();
                 return;

@@ -2,6 +2,7 @@
 //! checked exactly as PROTOCOL.md §2 describes. Pure: no I/O, no shard state.
 
 use corecast_net::http::query::Query;
+use corecast_net::protocol::close_reason::CloseReason;
 
 use crate::config::valid_stream_name;
 use crate::registry::Registry;
@@ -36,16 +37,23 @@ pub struct Refusal {
     pub reason: String,
 }
 
-/// 4400 `{"error":"bad_request","detail":…}` with the detail cut to 80 characters.
-pub fn bad_request(detail: &str) -> Refusal {
-    let detail: String = detail.chars().take(80).collect();
-    Refusal {
-        code: 4400,
-        reason: format!(
-            "{{\"error\":\"bad_request\",\"detail\":{}}}",
-            sonic_rs::to_string(&detail).unwrap_or_else(|_| "\"\"".into())
-        ),
+impl From<CloseReason<'_>> for Refusal {
+    /// The close for `reason`: its code, and its JSON text within the 123 bytes a close reason
+    /// holds (trailing fields dropped, a string value shortened at a character boundary; never
+    /// cut JSON).
+    fn from(reason: CloseReason<'_>) -> Refusal {
+        Refusal {
+            code: reason.code().0,
+            reason: reason.encode(),
+        }
     }
+}
+
+/// 4400 `{"error":"bad_request","detail":…}` with the detail cut to 80 characters, and further
+/// at a character boundary when its escaped form would not fit in the 123 bytes of a close
+/// reason.
+pub fn bad_request(detail: &str) -> Refusal {
+    CloseReason::BadRequest { detail }.into()
 }
 
 /// `unknown query parameter(s): a, b` when `q` names a key outside `allowed` (every endpoint
@@ -179,29 +187,16 @@ pub fn route(name: &str, query: &[u8], registry: &Registry) -> Result<Intent, Re
         if !valid_stream_name(name) {
             return Err(bad_request("invalid stream name"));
         }
-        let mut serves = String::new();
-        for n in &registry.names_sorted {
-            let item = sonic_rs::to_string(n).unwrap_or_default();
-            // keep the reason within 123 bytes: drop trailing names
-            if 44 + serves.len() + item.len() + 1 > 123 {
-                break;
-            }
-            if !serves.is_empty() {
-                serves.push(',');
-            }
-            serves.push_str(&item);
+        // the names that fit in a close reason (123 bytes), sorted
+        let names: Vec<&str> = registry.names_sorted.iter().map(String::as_str).collect();
+        return Err(CloseReason::NoSuchStream {
+            serves: Some(&names),
         }
-        return Err(Refusal {
-            code: 4404,
-            reason: format!("{{\"error\":\"no_such_stream\",\"serves\":[{serves}]}}"),
-        });
+        .into());
     };
     if publish {
         if publisher.is_some() && !stream.cfg.exactly_once {
-            return Err(Refusal {
-                code: 4412,
-                reason: r#"{"error":"exactly_once_unavailable","why":"stream"}"#.into(),
-            });
+            return Err(CloseReason::ExactlyOnceUnavailable { why: "stream" }.into());
         }
         return Ok(Intent::Publish {
             stream: stream.index,

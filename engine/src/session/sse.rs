@@ -40,6 +40,7 @@ use corecast_net::sse;
 
 use super::deliver::{gather, write, Rendering};
 use super::route::{parse_py_int, unknown_params_listed};
+use super::ws_io::LINGER;
 use crate::config::HttpApiConfig;
 use crate::fanout::signal::Signal;
 use crate::filter::Filter;
@@ -265,7 +266,12 @@ fn start_offset(st: &Stream, from: Start, head: u64) -> (u64, Option<Skipped>) {
 
 #[derive(Default)]
 struct State {
+    /// The client closed its side or the socket failed (set by the watch task).
     gone: Cell<bool>,
+    /// Raised when the stream is over (its goodbye written, or a write failed or timed out):
+    /// the watch task stops watching, lingers for the client's close, and lets go of the read
+    /// half — the last hold on the socket's descriptor.
+    ended: Signal,
 }
 
 /// Serves one SSE stream until the client goes, the stream ages out, falls behind, or the server
@@ -407,26 +413,41 @@ pub async fn serve(
         let _ = rt::timeout(Duration::from_secs(5), wr.write_all(bye)).await;
     }
     let _ = wr.shutdown().await;
+    // the write half goes when this returns; the watch task must let go of the read half too,
+    // or a client that stopped reading (and never closes) keeps the descriptor for good
+    state.ended.raise();
 }
 
-/// Reads (and drops) whatever the client sends, to notice when it goes.
-/// Watches the socket for the peer going away. Holds the signal weakly so an idle peer does not
-/// keep the session counted as live at shutdown.
+/// Watches the socket for the peer going away, reading (and dropping) whatever it sends, until
+/// the stream is over ([`State::ended`]); then gives the client [`LINGER`] to close its side
+/// and drops the read half whatever it does, as a WebSocket session does. Holds the signal
+/// weakly so an idle peer does not keep the session counted as live at shutdown.
 async fn watch(mut rd: ReadHalf, state: Rc<State>, signal: std::rc::Weak<Signal>) {
     let mut buf = Vec::with_capacity(512);
     loop {
         buf.clear();
-        match rd.read_into(buf, 512).await {
-            (Ok(n), b) if n > 0 => buf = b,
-            _ => {
+        match rt::until(rd.read_into(buf, 512), state.ended.wait()).await {
+            Some((Ok(n), b)) if n > 0 => buf = b,
+            Some(_) => {
                 state.gone.set(true);
                 if let Some(s) = signal.upgrade() {
                     s.raise();
                 }
                 return;
             }
+            // the stream is over: the read in flight was dropped with its buffer
+            None => break,
         }
     }
+    let drain = async {
+        loop {
+            match rd.read_into(Vec::with_capacity(512), 512).await {
+                (Ok(n), _) if n > 0 => {}
+                _ => return,
+            }
+        }
+    };
+    let _ = rt::timeout(LINGER, drain).await;
 }
 
 fn ping_gap(set: &SseSettings) -> Duration {

@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use corecast_net::protocol::close_reason::CloseReason;
 use corecast_net::rt::{self, FrameVec, WriteHalf};
 use corecast_net::ws::close::CloseCode;
 use corecast_net::ws::frame::{encode_close, encode_ping};
@@ -207,7 +208,10 @@ async fn serve(
             }
             return Some((
                 4429,
-                format!("{{\"error\":\"too_slow\",\"backlog\":{max_backlog}}}"),
+                CloseReason::TooSlow {
+                    backlog: max_backlog,
+                }
+                .encode(),
             ));
         }
         let mut frames = 0u64;

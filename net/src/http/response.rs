@@ -72,8 +72,18 @@ impl ResponseHead {
     /// Ends the head with `connection: close` and `content-length: <body.len()>`, and appends
     /// the body. corecast answers one request per connection and closes it after the response,
     /// which RFC 9112 §9.6 asks a server to announce with `connection: close`.
-    pub fn finish(mut self, body: &[u8]) -> Vec<u8> {
-        self.buf.extend_from_slice(b"connection: close\r\n");
+    pub fn finish(self, body: &[u8]) -> Vec<u8> {
+        self.finish_with_connection("close", body)
+    }
+
+    /// [`ResponseHead::finish`] with `connection: <options>` instead of `connection: close`;
+    /// `options` should still hold `close` (e.g. a 426's `upgrade, close`). Panics if
+    /// `options` holds CR or LF.
+    pub fn finish_with_connection(mut self, options: &str, body: &[u8]) -> Vec<u8> {
+        assert!(!options.bytes().any(|b| b == b'\r' || b == b'\n'));
+        self.buf.extend_from_slice(b"connection: ");
+        self.buf.extend_from_slice(options.as_bytes());
+        self.buf.extend_from_slice(b"\r\n");
         self.buf.extend_from_slice(b"content-length: ");
         json_text::write_u64(body.len() as u64, &mut self.buf);
         self.buf.extend_from_slice(b"\r\n\r\n");

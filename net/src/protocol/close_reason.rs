@@ -271,3 +271,113 @@ impl Reason {
         String::from_utf8(self.out).expect("close reason is UTF-8")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sonic_rs::{JsonContainerTrait, JsonValueTrait, Value};
+
+    /// Characters of every UTF-8 width and every kind of JSON escape.
+    const ALPHABET: [char; 12] = [
+        'a', ' ', 'é', '€', '😀', '"', '\\', '\n', '\u{1}', '\u{7f}', 'ß', '\'',
+    ];
+
+    /// A deterministic detail of `n` characters drawn from [`ALPHABET`] with `seed`.
+    fn detail(n: usize, seed: usize) -> String {
+        (0..n)
+            .map(|i| ALPHABET[(i * (seed | 1) + seed / 3 + i / 7) % ALPHABET.len()])
+            .collect()
+    }
+
+    /// Valid JSON (hence valid UTF-8, the reason being a `String`) within 123 bytes, `error` first.
+    fn parsed(reason: &str, error: &str) -> Value {
+        assert!(
+            reason.len() <= CLOSE_REASON_BYTES_MAX,
+            "{} bytes: {reason}",
+            reason.len()
+        );
+        let v: Value =
+            sonic_rs::from_str(reason).unwrap_or_else(|e| panic!("not JSON ({e}): {reason:?}"));
+        assert_eq!(v["error"].as_str(), Some(error), "{reason}");
+        assert!(reason.starts_with(&format!("{{\"error\":\"{error}\"")));
+        v
+    }
+
+    #[test]
+    fn bad_request_details_are_shortened_inside_the_string_never_cut() {
+        for seed in 0..40 {
+            for n in 0..=200 {
+                let full = detail(n, seed);
+                let reason = CloseReason::BadRequest { detail: &full }.encode();
+                let v = parsed(&reason, "bad_request");
+                let kept = v["detail"].as_str().expect("detail is a string");
+                assert!(
+                    full.starts_with(kept),
+                    "{kept:?} is not a prefix of {full:?}"
+                );
+                let kept_chars = kept.chars().count();
+                assert!(kept_chars <= BAD_REQUEST_DETAIL_CHARS_MAX);
+                // as long as fits: one more character would break 80 characters or 123 bytes
+                if kept_chars < full.chars().count() && kept_chars < BAD_REQUEST_DETAIL_CHARS_MAX {
+                    let more: String = full.chars().take(kept_chars + 1).collect();
+                    let longer = CloseReason::BadRequest { detail: &more }.encode();
+                    assert!(
+                        sonic_rs::from_str::<Value>(&longer).expect("JSON")["detail"]
+                            .as_str()
+                            .is_some_and(|d| d.len() < more.len()),
+                        "{kept:?} was shortened though {more:?} fits"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn trailing_fields_are_dropped_whole() {
+        for n in 0..=140 {
+            let name = "s".repeat(n);
+            let reason = CloseReason::TooBig {
+                size: u64::MAX,
+                limit: 1 << 20,
+                stream: &name,
+            }
+            .encode();
+            let v = parsed(&reason, "too_big");
+            assert_eq!(v["size"].as_u64(), Some(u64::MAX));
+            match v["stream"].as_str() {
+                Some(s) => assert_eq!(s, name),
+                None => assert!(reason.len() + n + 12 > CLOSE_REASON_BYTES_MAX, "{reason}"),
+            }
+            let why = detail(n, n);
+            let reason = CloseReason::ExactlyOnceUnavailable { why: &why }.encode();
+            let v = parsed(&reason, "exactly_once_unavailable");
+            if let Some(w) = v["why"].as_str() {
+                assert_eq!(w, why);
+            }
+        }
+    }
+
+    #[test]
+    fn served_names_keep_those_that_fit_sorted() {
+        for count in 0..60 {
+            let names: Vec<String> = (0..count)
+                .map(|i| format!("stream-{:03}", count - i))
+                .collect();
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let reason = CloseReason::NoSuchStream {
+                serves: Some(&refs),
+            }
+            .encode();
+            let v = parsed(&reason, "no_such_stream");
+            let kept: Vec<&str> = v["serves"]
+                .as_array()
+                .expect("serves")
+                .iter()
+                .map(|n| n.as_str().expect("a name"))
+                .collect();
+            let mut sorted = refs.clone();
+            sorted.sort_unstable();
+            assert_eq!(kept, sorted[..kept.len()]);
+        }
+    }
+}

@@ -43,8 +43,9 @@ pub enum HandshakeError {
     #[error("missing Connection: Upgrade")]
     NoConnectionUpgrade,
     /// `Sec-WebSocket-Version` is absent or not 13 (§4.2.1 item 6). 426 with
-    /// `Sec-WebSocket-Version: 13` (§4.4).
-    #[error("unsupported Sec-WebSocket-Version {version:?}; this server speaks 13")]
+    /// `Sec-WebSocket-Version: 13` (§4.4) and `Upgrade: websocket` (RFC 9110 §15.5.22: a 426
+    /// names the protocol to upgrade to).
+    #[error("{}", version_message(version.as_deref()))]
     UnsupportedVersion {
         /// The version header as sent, if any.
         version: Option<String>,
@@ -67,6 +68,20 @@ pub enum HandshakeError {
     },
 }
 
+/// The message of [`HandshakeError::UnsupportedVersion`], in plain words: `unsupported
+/// Sec-WebSocket-Version 8 (this server speaks 13)`, or `missing Sec-WebSocket-Version (this
+/// server speaks 13)` when the header is absent or empty.
+fn version_message(version: Option<&str>) -> String {
+    match version.map(str::trim) {
+        None | Some("") => {
+            format!("missing Sec-WebSocket-Version (this server speaks {WEBSOCKET_VERSION})")
+        }
+        Some(v) => format!(
+            "unsupported Sec-WebSocket-Version {v} (this server speaks {WEBSOCKET_VERSION})"
+        ),
+    }
+}
+
 impl HandshakeError {
     /// The HTTP status answering this error.
     pub fn status(&self) -> u16 {
@@ -83,15 +98,22 @@ impl HandshakeError {
     }
 
     /// The complete HTTP response: [`HandshakeError::status`], a JSON error body (code
-    /// `bad_handshake`, the error as message), `Sec-WebSocket-Version: 13` on a 426, and
-    /// `connection: close`.
+    /// `bad_handshake`, the error as message), and `connection: close`. A 426 also carries
+    /// `Sec-WebSocket-Version: 13` (RFC 6455 §4.4) and `Upgrade: websocket` with the `upgrade`
+    /// connection option that must accompany it (RFC 9110 §15.5.22, §7.8): `connection:
+    /// upgrade, close`.
     pub fn response(&self) -> Vec<u8> {
-        let mut head = ResponseHead::new(self.status());
+        let head = ResponseHead::new(self.status());
+        let body = json_error_body("bad_handshake", &self.to_string(), false);
         if let HandshakeError::UnsupportedVersion { .. } = self {
-            head = head.header("Sec-WebSocket-Version", WEBSOCKET_VERSION);
+            return head
+                .header("Sec-WebSocket-Version", WEBSOCKET_VERSION)
+                .header("Upgrade", "websocket")
+                .header("content-type", "application/json")
+                .finish_with_connection("upgrade, close", &body);
         }
         head.header("content-type", "application/json")
-            .finish(&json_error_body("bad_handshake", &self.to_string(), false))
+            .finish(&body)
     }
 }
 

@@ -11,7 +11,8 @@
 //! - keys are written in column order; a nullable column left out is written as `null`;
 //! - unknown keys, duplicate keys and the reserved `streamcast_ts` / `litelink_offset` are
 //!   refused; a non-null column that is absent and one supplied as `null` are told apart;
-//! - `true` is never an integer and `1` never a boolean; a float (even `2.0`) is never an integer;
+//! - `true` is never an integer and `1` never a boolean; a float (even `2.0`) is never an integer,
+//!   except zero, since the parser hands the integer `-0` over as the float 0.0;
 //!   int32, int64 and float32 ranges are checked (an integer outside int64 is a refusal, not a
 //!   crash);
 //! - a `number` column is written as a float in shortest round-trip form (`85565` → `85565.0`), a
@@ -461,6 +462,11 @@ fn encode_value(
                         declared,
                     },
                 );
+            } else if v.as_f64() == Some(0.0) {
+                // JSON `-0` is an integer literal meaning 0, but sonic-rs 0.5 hands it over as
+                // the float 0.0, the same value as `0.0`, `-0.0` or `0e0`: a float zero is
+                // therefore taken as the integer 0 (and written `0`); any other float is refused.
+                encode::write_i64(out, 0);
             } else if let Some(x) = v.as_f64() {
                 // sonic-rs turns integers beyond u64 (and below i64::MIN) into floats; an integral
                 // float that large is reported as out of range rather than as "a float".
