@@ -77,26 +77,34 @@ fn corrupt_message(error: StorageError) -> String {
 #[test]
 fn a_torn_tail_is_cleared_and_the_log_goes_on_after_the_last_whole_record() {
     let tmp = tempfile::tempdir().unwrap();
-    let buffer = fill(tmp.path(), LogOptions::default(), 6, 5);
+    let buffer = fill(tmp.path(), LogOptions::default(), 6, 40);
     drop(buffer);
     let path = &segments(tmp.path())[0];
     let (last_pos, last_len) = *record_positions(path).last().unwrap();
-    // the last commit reached the disk only in part (its second half never did)
+    // the last commit reached the disk only in part: the sectors after its first never did
+    let torn_from = (last_pos / 512 + 1) * 512;
+    assert!(torn_from < last_pos + last_len, "the record spans sectors");
     let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
-    let half = last_len / 2;
-    file.write_all_at(&vec![0; (last_len - half) as usize], last_pos + half)
-        .unwrap();
+    file.write_all_at(
+        &vec![0; (last_pos + last_len - torn_from) as usize],
+        torn_from,
+    )
+    .unwrap();
     drop(file);
 
     let mut buffer = Buffer::open(tmp.path(), None).unwrap();
     let (torn_file, at, cleared) = buffer.open_report().torn_tail.clone().expect("torn");
     assert_eq!((torn_file.as_path(), at), (path.as_path(), last_pos));
     assert!(cleared > 0);
-    assert_eq!(buffer.end_offset(), 26, "the torn commit (26..31) is gone");
-    let batch: Vec<Vec<u8>> = (26..31).map(row).collect();
+    assert_eq!(
+        buffer.end_offset(),
+        201,
+        "the torn commit (201..241) is gone"
+    );
+    let batch: Vec<Vec<u8>> = (201..241).map(row).collect();
     buffer.append(&[AppendBatch::plain(&batch)]).unwrap();
     drop(buffer);
-    assert_rows(tmp.path(), 1, 31);
+    assert_rows(tmp.path(), 1, 241);
     assert!(Buffer::open(tmp.path(), None)
         .unwrap()
         .open_report()
@@ -105,15 +113,111 @@ fn a_torn_tail_is_cleared_and_the_log_goes_on_after_the_last_whole_record() {
 }
 
 #[test]
-fn a_flipped_byte_in_the_last_record_is_a_torn_tail() {
+fn a_flipped_byte_in_the_last_record_is_damage_not_a_torn_tail() {
     let tmp = tempfile::tempdir().unwrap();
     drop(fill(tmp.path(), LogOptions::default(), 4, 3));
     let path = &segments(tmp.path())[0];
+    let before = std::fs::read(path).unwrap();
     let (pos, len) = *record_positions(path).last().unwrap();
     flip(path, pos + len / 2);
+    let message = corrupt_message(Buffer::open(tmp.path(), None).unwrap_err());
+    assert!(message.contains("written whole"), "{message}");
+    assert!(
+        message.contains(&format!("byte {pos} (offset 10)")),
+        "{message}"
+    );
+    // refusing changed nothing: flipping the byte back gives the log back
+    flip(path, pos + len / 2);
+    assert_eq!(std::fs::read(path).unwrap(), before);
+    assert_rows(tmp.path(), 1, 13);
+}
+
+#[test]
+fn a_torn_write_that_lost_the_header_sector_leaves_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let buffer = fill(tmp.path(), LogOptions::default(), 30, 40);
+    drop(buffer);
+    let path = &segments(tmp.path())[0];
+    let (pos, len) = *record_positions(path).last().unwrap();
+    assert!(len > 1024, "the last record spans sectors");
+    // the sector holding the record's start never reached the disk; later ones did
+    let sector_end = (pos / 512 + 1) * 512;
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.write_all_at(&vec![0; (sector_end - pos) as usize], pos)
+        .unwrap();
+    drop(file);
     let buffer = Buffer::open(tmp.path(), None).unwrap();
-    assert!(buffer.open_report().torn_tail.is_some());
-    assert_eq!(buffer.end_offset(), 10);
+    assert_eq!(buffer.end_offset(), 29 * 40 + 1);
+    let (_, at, cleared) = buffer.open_report().torn_tail.clone().expect("cleared");
+    assert_eq!(at, pos);
+    assert!(
+        cleared > 0,
+        "what the torn write left after the header is cleared"
+    );
+    drop(buffer);
+    let buffer = Buffer::open(tmp.path(), None).unwrap();
+    assert!(
+        buffer.open_report().torn_tail.is_none(),
+        "nothing left to clear"
+    );
+}
+
+#[test]
+fn a_newest_segment_cut_short_refuses_to_open_and_is_left_as_it_was() {
+    let tmp = tempfile::tempdir().unwrap();
+    drop(fill(tmp.path(), LogOptions::default(), 50, 20));
+    let path = &segments(tmp.path())[0];
+    let (pos, len) = record_positions(path)[30];
+    let cut = pos + len / 2;
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.set_len(cut).unwrap();
+    drop(file);
+    let before = std::fs::read(path).unwrap();
+    let message = corrupt_message(Buffer::open(tmp.path(), None).unwrap_err());
+    assert!(message.contains("cut short"), "{message}");
+    assert!(
+        message.contains("rows from offset 601 on are lost"),
+        "{message}"
+    );
+    assert_eq!(
+        std::fs::read(path).unwrap(),
+        before,
+        "a refusal changes nothing"
+    );
+}
+
+#[test]
+fn deleting_every_segment_or_the_log_directory_is_noticed() {
+    for whole_dir in [false, true] {
+        let tmp = tempfile::tempdir().unwrap();
+        drop(fill(tmp.path(), LogOptions::default(), 3, 3));
+        let log = tmp.path().join(LOG_DIR_NAME);
+        if whole_dir {
+            std::fs::remove_dir_all(&log).unwrap();
+        } else {
+            for file in segments(tmp.path()) {
+                std::fs::remove_file(file).unwrap();
+            }
+        }
+        let message = corrupt_message(Buffer::open(tmp.path(), None).unwrap_err());
+        assert!(message.contains("missing"), "{message}");
+        assert!(message.contains("reached 4"), "{message}");
+    }
+}
+
+#[test]
+fn a_missing_meta_db_beside_a_log_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    drop(fill(tmp.path(), LogOptions::default(), 3, 3));
+    for name in ["meta.db", "meta.db-wal", "meta.db-shm"] {
+        let _ = std::fs::remove_file(tmp.path().join(name));
+    }
+    let message = corrupt_message(Buffer::open(tmp.path(), None).unwrap_err());
+    assert!(message.contains("restore meta.db"), "{message}");
+    assert!(
+        !tmp.path().join("meta.db").exists(),
+        "no new stream was made"
+    );
 }
 
 #[test]

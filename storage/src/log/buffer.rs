@@ -274,6 +274,16 @@ impl Buffer {
             .map_err(StorageError::io(dir, "creating the stream directory"))?;
         let lock = take_writer_lock(&dir.join(LOCK_FILE_NAME))?;
         let converted_rows = super::upgrade::convert_if_needed(dir, options)?;
+        let log_dir = dir.join(LOG_DIR_NAME);
+        if !dir.join(META_FILE_NAME).exists() && holds_segments(&log_dir) {
+            return Err(StorageError::Corrupt {
+                path: dir.join(META_FILE_NAME),
+                detail: format!(
+                    "missing, yet {} holds segment files: restore meta.db from a copy (it holds the stream id, the schema and the exactly-once marks); corecast will not start a new stream over an old log",
+                    log_dir.display()
+                ),
+            });
+        }
         let (meta_db, meta) = MetaDb::open(dir, Some(schema_json))?;
         if let Some(given) = schema_json {
             if meta.schema_json.as_deref() != Some(given) {
@@ -286,7 +296,6 @@ impl Buffer {
         }
         let stream_uuid = uuid_bytes(&meta.stream_id, meta_db.path())?;
         let snapshot = meta_db.marks()?;
-        let log_dir = dir.join(LOG_DIR_NAME);
         let recovered = recovery::recover(&log_dir, &meta, snapshot, stream_uuid, Mode::Write)?;
 
         let active = recovered.segments.last().map(|newest| Active {
@@ -871,6 +880,19 @@ impl Buffer {
             }
         }
     }
+}
+
+/// Whether `log_dir` holds any segment file.
+fn holds_segments(log_dir: &Path) -> bool {
+    std::fs::read_dir(log_dir).is_ok_and(|entries| {
+        entries.filter_map(Result::ok).any(|entry| {
+            entry
+                .file_name()
+                .to_str()
+                .and_then(segment::parse_file_name)
+                .is_some()
+        })
+    })
 }
 
 /// The errno a [`Fault`] carries.

@@ -76,6 +76,15 @@ pub(crate) fn recover(
         ..Recovered::default()
     };
     if !log_dir.exists() {
+        if meta.frontier > meta.floor {
+            return Err(corrupt(
+                log_dir,
+                format!(
+                    "the log directory is missing, yet meta.db says the log holds offsets from {} and reached {}: restore it from a copy",
+                    meta.floor, meta.frontier
+                ),
+            ));
+        }
         if mode == Mode::Write {
             std::fs::create_dir_all(log_dir)
                 .map_err(StorageError::io(log_dir, "creating the log directory"))?;
@@ -151,6 +160,9 @@ pub(crate) fn recover(
     }
 
     let newest = kept.len().saturating_sub(1);
+    // (segment index, position, torn): where the newest segment's records end, cleared of
+    // whatever a torn write left after them once every check has passed
+    let mut clear_from: Option<(usize, u64, bool)> = None;
     for (i, (first, path)) in kept.iter().enumerate() {
         let file = open(path, mode)?;
         let marks_through = meta.marks_through;
@@ -203,8 +215,9 @@ pub(crate) fn recover(
                 return Err(corrupt(
                     path,
                     format!(
-                        "missing segment: offsets {}..{first} are in no segment file (expected {})",
+                        "missing segment: offsets {} to {} are in no segment file (expected {}): restore it from a copy",
                         previous.end_offset,
+                        first - 1,
                         segment::file_name(previous.end_offset)
                     ),
                 ));
@@ -213,7 +226,7 @@ pub(crate) fn recover(
                 return Err(corrupt(
                     path,
                     format!(
-                        "missing segment: meta.db's floor is offset {} but the oldest segment starts at {first} (expected {})",
+                        "missing segment: meta.db's floor is offset {} but the oldest segment starts at {first} (expected {}): restore it from a copy; segments are removed only by eviction, which moves the floor first",
                         meta.floor,
                         segment::file_name(meta.floor)
                     ),
@@ -221,42 +234,68 @@ pub(crate) fn recover(
             }
             _ => {}
         }
+        let at = |pos: u64| format!("the record at byte {pos} (offset {})", scanned.end_offset);
         if let Some(damage) = &scanned.damage {
-            let intact_after = segment::intact_record_after(&file, damage.pos, scanned.end_offset)
-                .map_err(StorageError::io(path, "scanning a segment"))?;
-            let at = format!(
-                "the record at byte {} (offset {})",
-                damage.pos, scanned.end_offset
-            );
             if i != newest {
                 return Err(corrupt(
                     path,
                     format!(
-                        "{at}: {}; this is not the newest segment, so no commit can have been torn here",
+                        "{}: {}; this is not the newest segment, so no commit can have been torn here: restore the file from a copy (the stream does not start without it)",
+                        at(damage.pos),
                         damage.detail
                     ),
                 ));
             }
-            if let Some((pos, offset)) = intact_after {
+            if damage.cut_short {
                 return Err(corrupt(
                     path,
                     format!(
-                        "{at}: {}, yet an intact record follows at byte {pos} (offset {offset}): the file is damaged in the middle, not torn at its end; restore it from a copy",
-                        damage.detail
+                        "{}: {}: the file was cut short ({} bytes; segments are preallocated, so no crash shortens one) and rows from offset {} on are lost: restore the file from a copy",
+                        at(damage.pos),
+                        damage.detail,
+                        scanned.file_len,
+                        scanned.end_offset
                     ),
                 ));
             }
-            if mode == Mode::Write {
-                let zeroed = segment::zero_from(&file, damage.pos)
-                    .map_err(StorageError::io(path, "truncating a torn tail"))?;
-                out.torn = Some((path.clone(), damage.pos, zeroed));
-            }
         }
-        if mode == Mode::Write && i == newest {
-            // records that reached only the page cache before a crash become durable before
-            // anyone is served them
-            file.sync_data()
-                .map_err(StorageError::io(path, "syncing the newest segment"))?;
+        if i == newest {
+            // What follows the last intact record must be a torn tail or nothing: an intact record
+            // further on means damage in the middle.
+            let after = scanned.damage.as_ref().map_or(scanned.end_pos, |d| d.pos);
+            let intact_after = segment::intact_record_after(&file, after, scanned.end_offset)
+                .map_err(StorageError::io(path, "scanning a segment"))?;
+            if let Some((pos, offset)) = intact_after {
+                let what = scanned
+                    .damage
+                    .as_ref()
+                    .map_or("the record header is zeros".to_owned(), |d| {
+                        d.detail.clone()
+                    });
+                return Err(corrupt(
+                    path,
+                    format!(
+                        "{}: {what}, yet an intact record follows at byte {pos} (offset {offset}): the file is damaged in the middle, not torn at its end; restore it from a copy",
+                        at(after)
+                    ),
+                ));
+            }
+            if let Some(damage) = &scanned.damage {
+                let torn = segment::looks_torn(&file, damage.pos)
+                    .map_err(StorageError::io(path, "scanning a segment"))?;
+                if !torn {
+                    return Err(corrupt(
+                        path,
+                        format!(
+                            "{}: {}, and it was written whole (no sector of it reads as unwritten), so it is damage, not a commit torn by a crash: restore the file from a copy",
+                            at(damage.pos),
+                            damage.detail
+                        ),
+                    ));
+                }
+            }
+            // cleared once every check has passed (below): a refusal changes nothing
+            clear_from = Some((i, after, scanned.damage.is_some()));
         }
         out.last_ts_us = scanned.last_ts_us.or(out.last_ts_us);
         out.segments.push(SegmentView {
@@ -300,8 +339,35 @@ pub(crate) fn recover(
             out.end = newest.end_offset;
         }
         _ => {
+            if meta.frontier > meta.floor {
+                return Err(corrupt(
+                    log_dir,
+                    format!(
+                        "missing segments: meta.db says the log holds offsets from {} and reached {}, but there is no segment file (expected {}): restore the log directory from a copy",
+                        meta.floor,
+                        meta.frontier,
+                        segment::file_name(meta.floor)
+                    ),
+                ));
+            }
             out.end = meta.frontier.max(meta.floor);
             out.floor = out.end;
+        }
+    }
+    if let (Mode::Write, Some((index, pos, torn))) = (mode, clear_from) {
+        if let Some(newest) = out.segments.get(index) {
+            let path = newest.path.to_path_buf();
+            let cleared = segment::zero_from(&newest.file, pos)
+                .map_err(StorageError::io(&path, "clearing a torn tail"))?;
+            if torn || cleared > 0 {
+                out.torn = Some((path.clone(), pos, cleared));
+            }
+            // records that reached only the page cache before a crash become durable before
+            // anyone is served them
+            newest
+                .file
+                .sync_data()
+                .map_err(StorageError::io(&path, "syncing the newest segment"))?;
         }
     }
     if mode == Mode::Write && !out.swept.is_empty() {

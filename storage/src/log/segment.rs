@@ -96,10 +96,10 @@ impl SegmentHeader {
     /// Reads a header; [`RecordError::Unwritten`] when it is all zeros (a spare never used).
     pub fn decode(bytes: &[u8]) -> Result<SegmentHeader, RecordError> {
         let Some(head) = bytes.first_chunk::<{ SEGMENT_HEADER_LEN as usize }>() else {
-            return Err(RecordError::Short {
-                needed: SEGMENT_HEADER_LEN,
-                have: bytes.len() as u64,
-            });
+            return Err(RecordError::Invalid(format!(
+                "the file holds {} bytes, fewer than a segment header ({SEGMENT_HEADER_LEN})",
+                bytes.len()
+            )));
         };
         if head.iter().all(|&b| b == 0) {
             return Err(RecordError::Unwritten);
@@ -110,7 +110,7 @@ impl SegmentHeader {
         }
         let crc = u32::from_le_bytes(head[60..64].try_into().expect("4 bytes"));
         if crc != crc32c::crc32c(&head[..60]) {
-            return invalid("segment header CRC32C mismatch".into());
+            return invalid("CRC32C mismatch".into());
         }
         let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
         if version != SEGMENT_VERSION {
@@ -218,6 +218,9 @@ pub struct Damage {
     pub pos: u64,
     /// What is wrong there.
     pub detail: String,
+    /// The record there runs past the end of the file: the file was cut short (segments are
+    /// preallocated, so no crash makes a record end past the file's end).
+    pub cut_short: bool,
 }
 
 /// Reads a segment's header and walks its records from the first, checking each record's CRC
@@ -256,6 +259,7 @@ pub fn scan(
             Err(error) => {
                 scanned.damage = Some(Damage {
                     pos,
+                    cut_short: matches!(error, RecordError::Short { .. }),
                     detail: error.to_string(),
                 });
                 break;
@@ -268,6 +272,7 @@ pub fn scan(
                     "the record starts at offset {}, expected {}",
                     record.header.first_offset, scanned.end_offset
                 ),
+                cut_short: false,
             });
             break;
         }
@@ -319,6 +324,36 @@ pub fn intact_record_after(
         pos = candidate + ALIGN as u64;
     }
     Ok(None)
+}
+
+/// Bytes of the unit a disk writes atomically at the least (a sector).
+pub const SECTOR_BYTES: u64 = 512;
+
+/// Whether the record at `pos`, which fails its check, shows the mark of a torn write: some
+/// sector's share of it reads as zeros (never written: segments are zeros where no record went)
+/// — at least 8 bytes of it, or the record's last bytes. A complete record never holds 8 zero
+/// bytes in a row where a sector starts or ends (its header starts with the magic and ends with
+/// the CRC, rows are JSON text, a mark ends with a non-zero offset), so a flipped or overwritten
+/// byte in a record that was wholly written is damage, not a torn tail.
+pub fn looks_torn(file: &File, pos: u64) -> io::Result<bool> {
+    let file_len = file.metadata()?.len();
+    let head = read_at(file, pos, HEADER_LEN)?;
+    let claimed = match record::parse_header(&head) {
+        Ok(header) => HEADER_LEN as u64 + header.rows_len + u64::from(header.marks_len),
+        Err(_) => HEADER_LEN as u64,
+    };
+    let end = (pos + claimed).min(file_len);
+    let bytes = read_at(file, pos, (end - pos) as usize)?;
+    let mut lo = pos;
+    while lo < end {
+        let hi = ((lo / SECTOR_BYTES + 1) * SECTOR_BYTES).min(end);
+        let share = &bytes[(lo - pos) as usize..(hi - pos) as usize];
+        if share.iter().all(|&b| b == 0) && (share.len() >= 8 || hi == end) {
+            return Ok(true);
+        }
+        lo = hi;
+    }
+    Ok(false)
 }
 
 /// Overwrites every non-zero byte from `from` to the end of the file with zeros and makes that
