@@ -572,3 +572,55 @@ fn pub_from_a_pausing_pipe_sends_each_row_promptly_and_keeps_its_connection() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("published 3 rows"), "{stderr}");
 }
+
+/// `pub` whose server dies mid-file (kill -9) cannot know which of its unanswered frames
+/// landed: it says how many rows were acknowledged, which lines got no answer, and to read the
+/// end offset before resuming — never that nothing after the last acknowledgement landed. The
+/// restarted server holds every acknowledged row, and at most the unanswered ones besides.
+#[test]
+fn pub_cut_off_by_a_dead_server_names_the_unanswered_lines() {
+    let setup = Setup::new();
+    let server = default_server(&setup);
+    let url = server.url("trades");
+    let mut child = Command::new(corecast_bin())
+        .args(["pub", &url, "--batch", "10", "--rate", "3000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = rows(1, 200_000);
+    let feeder = std::thread::spawn(move || {
+        use std::io::Write;
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let data = server.data.clone();
+    server.kill9();
+    let out = child.wait_with_output().unwrap();
+    let _ = feeder.join();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = one_line(&stderr);
+    assert_eq!(out.status.code(), Some(3), "{line}");
+    assert!(line.contains("connection lost"), "{line}");
+    assert!(
+        line.contains("got no answer and may or may not have landed")
+            && line.contains("end_offset"),
+        "{line}"
+    );
+    let acked: u64 = line
+        .split(" rows were acknowledged")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no acknowledged count in: {line}"));
+    assert!(acked > 0, "{line}");
+    let restarted = Server::start(None, &data, &[]);
+    let stats = support::http_get(restarted.addr, "/stats").json();
+    let end = sonic_rs::JsonValueTrait::as_u64(&stats["streams"][0]["end_offset"]).unwrap();
+    assert!(
+        end > acked,
+        "every acknowledged row is held: end {end}, acked {acked}"
+    );
+}

@@ -364,12 +364,19 @@ impl Config {
             if let Some(n) = positive(s.max_message_bytes, "max_message_bytes", 1 << 30)? {
                 sc.max_message_bytes = n as usize;
             }
-            if let Some(n) = positive(s.segment_bytes, "segment_bytes", 1 << 40)? {
+            if let Some(n) = s.segment_bytes {
                 let min = corecast_storage::log::segment::MIN_SEGMENT_BYTES as i64;
-                if n < min {
+                let max: i64 = 1 << 34;
+                if !(min..=max).contains(&n) {
                     return Err(err(
                         &k("segment_bytes"),
-                        format!("{n} is below the smallest segment, {min} bytes"),
+                        format!("{n} is outside {min}..={max} (4 KiB to 16 GiB; the default is 67108864, 64 MiB)"),
+                    ));
+                }
+                if !sc.durable {
+                    return Err(err(
+                        &k("segment_bytes"),
+                        "set on a stream with durable = false, which keeps no log".into(),
                     ));
                 }
                 sc.segment_bytes = n as u64;
@@ -579,6 +586,22 @@ mod tests {
             (
                 "[[stream]]\nname = \"t\"\ndurable = false\nexactly_once = true\n",
                 "stream[0].exactly_once",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\nsegment_bytes = 0\n",
+                "stream[0].segment_bytes",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\nsegment_bytes = 100\n",
+                "stream[0].segment_bytes",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\nsegment_bytes = 1099511627776\n",
+                "stream[0].segment_bytes",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\ndurable = false\nsegment_bytes = 65536\n",
+                "stream[0].segment_bytes",
             ),
         ];
         for (text, key) in cases {

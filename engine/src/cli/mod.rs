@@ -33,7 +33,8 @@ pub const EXIT_PROTOCOL: u8 = 5;
 macro_rules! exit_codes_help {
     () => {
         "Exit codes:
-  0  ok (the server ending the stream normally, 1000/1001, is ok too)
+  0  ok (for sub and tail, the server ending the stream normally, 1000/1001, is ok
+     too; pub exits 0 once every input row was acknowledged)
   1  the server refused the request or closed with an error (unknown stream 4404,
      offset not replayable 4416, bad request 4400, too slow 4429, a rejected row, ...)
   2  usage: bad arguments, or a URL that is not ws://HOST:PORT/STREAM

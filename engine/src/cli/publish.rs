@@ -328,11 +328,19 @@ pub fn run(args: PubArgs) -> ExitCode {
                     if after == 1 { "" } else { "s" },
                 )
             }
-            _ => format!(
-                "{rows_acked} row{} acknowledged; rows sent after {} may have landed too without an acknowledgement",
-                if rows_acked == 1 { " was" } else { "s were" },
-                if rows_acked == 1 { "it" } else { "them" },
-            ),
+            _ => match tally.unanswered_lines {
+                Some((first, last)) => format!(
+                    "{rows_acked} row{} acknowledged; the {} row{} sent after {} (lines {first}-{last}) got no answer and may or may not have landed: read the stream's end_offset (GET /stats) before publishing from line {first} again",
+                    if rows_acked == 1 { " was" } else { "s were" },
+                    tally.unanswered_rows,
+                    if tally.unanswered_rows == 1 { "" } else { "s" },
+                    if rows_acked == 1 { "it" } else { "them" },
+                ),
+                None => format!(
+                    "{rows_acked} row{} acknowledged and none was left unanswered",
+                    if rows_acked == 1 { " was" } else { "s were" },
+                ),
+            },
         };
         eprintln!(
             "corecast pub: {msg}. {landed}{}",
@@ -440,6 +448,10 @@ struct Tally {
     refusal: Option<(String, u8)>,
     /// Rows acknowledged before the first refused frame.
     acked_before_refusal: Option<u64>,
+    /// Frames that got no answer because the connection ended (lost, or closed by the server
+    /// before answering): their rows and input lines. They may or may not have landed.
+    unanswered_rows: u64,
+    unanswered_lines: Option<(u64, u64)>,
 }
 
 impl Tally {
@@ -463,6 +475,17 @@ impl Tally {
                     }
                     if let Some(Some(o)) = offsets.last() {
                         self.last_offset = Some(*o);
+                    }
+                }
+                Err(e @ (ClientError::ConnectionLost(_) | ClientError::Closed { .. })) => {
+                    // not an answer: the connection ended with this frame in flight
+                    self.unanswered_rows += f.last_line - f.first_line + 1;
+                    let lines = self
+                        .unanswered_lines
+                        .get_or_insert((f.first_line, f.last_line));
+                    lines.1 = f.last_line;
+                    if self.failure.is_none() {
+                        self.failure = Some((super::describe(&e), super::exit_code(&e)));
                     }
                 }
                 Err(e) => {
