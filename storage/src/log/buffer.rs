@@ -655,6 +655,16 @@ impl Buffer {
     /// one `pwrite` into a preallocated spare, one `fdatasync`, then the rename to its name.
     fn roll(&mut self, bytes: &[u8]) -> Result<(), (PathBuf, io::Error, &'static str)> {
         let first_offset = record_first_offset(bytes);
+        if self
+            .active
+            .as_ref()
+            .is_some_and(|active| active.first_offset == first_offset)
+        {
+            // The newest segment holds no record (its first one was torn and cleared at open)
+            // and has the name the new segment takes: retire it first, or the rename would
+            // replace its file behind its view and evicting it would delete the new one.
+            self.retire_empty_active()?;
+        }
         let needed = SEGMENT_HEADER_LEN + bytes.len() as u64;
         let spare_path = self.log_dir.join(segment::SPARE_FILE_NAME);
         let mut spare = self.spare.take();
@@ -732,6 +742,31 @@ impl Buffer {
         });
         self.keeper.send(KeeperMsg::Rolled(end_offset));
         Ok(())
+    }
+
+    /// Removes the newest segment, which holds no record, from the directory and the view.
+    fn retire_empty_active(&mut self) -> Result<(), (PathBuf, io::Error, &'static str)> {
+        let active = self.active.as_ref().expect("an active segment");
+        debug_assert_eq!(active.pos, SEGMENT_HEADER_LEN, "an empty segment");
+        let path = active.path.to_path_buf();
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err((path, e, "removing an empty newest segment")),
+        }
+        {
+            let mut view = self.shared.view.write().expect("view lock");
+            if view
+                .segments
+                .last()
+                .is_some_and(|segment| *segment.path == *path)
+            {
+                view.segments.pop();
+            }
+        }
+        self.active = None;
+        segment::sync_dir(&self.log_dir)
+            .map_err(|e| (self.log_dir.clone(), e, "syncing the log directory"))
     }
 
     /// Overwrites a failed record's bytes with zeros so the log reads as before it; if that

@@ -80,7 +80,7 @@ pub(crate) fn recover(
             return Err(corrupt(
                 log_dir,
                 format!(
-                    "the log directory is missing, yet meta.db says the log holds offsets from {} and reached {}: restore it from a copy",
+                    "missing segments: the log directory is gone, yet meta.db says the log holds offsets from {} and reached {}: restore it from a copy",
                     meta.floor, meta.frontier
                 ),
             ));
@@ -263,8 +263,13 @@ pub(crate) fn recover(
             // What follows the last intact record must be a torn tail or nothing: an intact record
             // further on means damage in the middle.
             let after = scanned.damage.as_ref().map_or(scanned.end_pos, |d| d.pos);
-            let intact_after = segment::intact_record_after(&file, after, scanned.end_offset)
+            let stray = segment::first_nonzero(&file, after)
                 .map_err(StorageError::io(path, "scanning a segment"))?;
+            let intact_after = match stray {
+                None => None,
+                Some(_) => segment::intact_record_after(&file, after, scanned.end_offset)
+                    .map_err(StorageError::io(path, "scanning a segment"))?,
+            };
             if let Some((pos, offset)) = intact_after {
                 let what = scanned
                     .damage
@@ -295,7 +300,9 @@ pub(crate) fn recover(
                 }
             }
             // cleared once every check has passed (below): a refusal changes nothing
-            clear_from = Some((i, after, scanned.damage.is_some()));
+            if stray.is_some() {
+                clear_from = Some((i, after, scanned.damage.is_some()));
+            }
         }
         out.last_ts_us = scanned.last_ts_us.or(out.last_ts_us);
         out.segments.push(SegmentView {
@@ -360,15 +367,17 @@ pub(crate) fn recover(
             let cleared = segment::zero_from(&newest.file, pos)
                 .map_err(StorageError::io(&path, "clearing a torn tail"))?;
             if torn || cleared > 0 {
-                out.torn = Some((path.clone(), pos, cleared));
+                out.torn = Some((path, pos, cleared));
             }
-            // records that reached only the page cache before a crash become durable before
-            // anyone is served them
-            newest
-                .file
-                .sync_data()
-                .map_err(StorageError::io(&path, "syncing the newest segment"))?;
         }
+    }
+    if let (Mode::Write, Some(newest)) = (mode, out.segments.last()) {
+        // records that reached only the page cache before a crash become durable before anyone
+        // is served them
+        newest
+            .file
+            .sync_data()
+            .map_err(StorageError::io(&newest.path, "syncing the newest segment"))?;
     }
     if mode == Mode::Write && !out.swept.is_empty() {
         segment::sync_dir(log_dir)

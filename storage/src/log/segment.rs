@@ -356,6 +356,46 @@ pub fn looks_torn(file: &File, pos: u64) -> io::Result<bool> {
     Ok(false)
 }
 
+/// The next position at or after `pos` that may hold data: the filesystem's `SEEK_DATA` skips
+/// holes and unwritten (preallocated) extents; `None` when only those follow. Where the
+/// filesystem cannot tell, `pos` itself.
+fn next_data(file: &File, pos: u64) -> Option<u64> {
+    match rustix::fs::seek(file, rustix::fs::SeekFrom::Data(pos)) {
+        Ok(at) => Some(at.max(pos)),
+        Err(rustix::io::Errno::NXIO) => None,
+        Err(_) => Some(pos),
+    }
+}
+
+/// The position of the first non-zero byte at or after `from`, if any. Reads only what the
+/// filesystem holds as data, so the preallocated rest of a segment costs next to nothing.
+pub fn first_nonzero(file: &File, from: u64) -> io::Result<Option<u64>> {
+    let file_len = file.metadata()?.len();
+    let zeros = vec![0u8; CHUNK_BYTES];
+    let mut pos = from;
+    while pos < file_len {
+        let Some(at) = next_data(file, pos) else {
+            return Ok(None);
+        };
+        pos = at;
+        if pos >= file_len {
+            break;
+        }
+        let len = CHUNK_BYTES.min((file_len - pos) as usize);
+        let chunk = read_at(file, pos, len)?;
+        if chunk.is_empty() {
+            break;
+        }
+        // a slice comparison is a memcmp, fast even in a debug build
+        if chunk[..] != zeros[..chunk.len()] {
+            let i = chunk.iter().position(|&b| b != 0).expect("a non-zero byte");
+            return Ok(Some(pos + i as u64));
+        }
+        pos += chunk.len() as u64;
+    }
+    Ok(None)
+}
+
 /// Overwrites every non-zero byte from `from` to the end of the file with zeros and makes that
 /// durable: a torn tail (or a failed commit's bytes) no longer reads as anything. Returns how
 /// many bytes it overwrote (in whole chunks).
@@ -365,9 +405,17 @@ pub fn zero_from(file: &File, from: u64) -> io::Result<u64> {
     let mut pos = from;
     let mut zeroed = 0;
     while pos < file_len {
+        // holes and unwritten extents read as zeros: skip them
+        let Some(at) = next_data(file, pos) else {
+            break;
+        };
+        pos = at;
+        if pos >= file_len {
+            break;
+        }
         let len = CHUNK_BYTES.min((file_len - pos) as usize);
         let chunk = read_at(file, pos, len)?;
-        if chunk.iter().any(|&b| b != 0) {
+        if chunk[..] != zeros[..chunk.len()] {
             file.write_all_at(&zeros[..chunk.len()], pos)?;
             zeroed += chunk.len() as u64;
         }
