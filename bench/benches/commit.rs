@@ -6,7 +6,7 @@
 //!
 //! The verdicts come from paired rounds: each round times, back to back so all three see the
 //! same moment of the disk, (1) the bound's probe: a 128-byte `pwrite` into a preallocated file
-//! + `fdatasync`, (2) one commit, (3) the device floor: a `pwrite` of exactly the commit's record
+//! and an `fdatasync`, (2) one commit, (3) the device floor: a `pwrite` of exactly the commit's record
 //! bytes into a preallocated region + `fdatasync` — no format makes those bytes durable faster
 //! through the page cache, so (3) is what is reachable at all, and (1) is the best case of one
 //! small durable write per commit whatever its size.

@@ -50,7 +50,7 @@ fn main() {
         let t = Instant::now();
         buf.append(&[AppendBatch::plain(&rows)]).expect("commit");
         commits.push(t.elapsed());
-        if i % 10 == 0 {
+        if i.is_multiple_of(10) {
             if probe_pos + 128 > REGION {
                 probe_pos = 0;
             }

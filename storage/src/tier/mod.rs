@@ -1,9 +1,10 @@
 //! The sealed Parquet tier (issue 11): the segment codec, with no engine wiring yet.
 //!
 //! - **Seal** ([`SegmentWriter`], [`write_segment`], `parquet_write.rs`): in, a stream's
-//!   [`RowCodec`] and its committed rows `(offset, ts_us, canonical row bytes)` in strictly
-//!   increasing offset order; out, one Parquet file (to any `Write + Send`) and its
-//!   [`SegmentStats`]. The canonical rows are decoded (`row_decode.rs`) straight into Arrow arrays.
+//!   [`RowCodec`](crate::schema::RowCodec) and its committed rows `(offset, ts_us, canonical
+//!   row bytes)` in strictly increasing offset order; out, one Parquet file (to any
+//!   `Write + Send`) and its [`SegmentStats`]. The canonical rows are decoded (`row_decode.rs`)
+//!   straight into Arrow arrays.
 //! - **Read back** ([`SegmentReader`], `parquet_read.rs`): in, a file written by the sealer and an
 //!   offset range; out, the rows of that range in offset order, in bounded [`RowChunk`]s, each
 //!   row re-encoded (`row_encode.rs`) to exactly the bytes the validator produced. Only the row
@@ -15,8 +16,8 @@
 //! # The file
 //!
 //! Columns, in this order (`segment_schema.rs`): `litelink_offset` (int64, required), every
-//! declared column with the Arrow type [`Schema::to_arrow`] gives it (binary columns keep their
-//! `streamcast.encoding` metadata), then `streamcast_ts` (int64 µs, required). A schema-less
+//! declared column with the Arrow type [`Schema::to_arrow`](crate::schema::Schema::to_arrow)
+//! gives it (binary columns keep their `streamcast.encoding` metadata), then `streamcast_ts` (int64 µs, required). A schema-less
 //! stream seals one `row` column (utf8, required: the row's JSON text) between the two. ZSTD
 //! (level 1), row groups of at most [`SealOptions::max_row_group_rows`] rows (65,536 by default),
 //! chunk and page statistics on every column, the page index (column and offset indexes) written,
@@ -60,9 +61,6 @@ pub use parquet_write::{
     write_segment, ColumnStats, SealOptions, SegmentStats, SegmentWriter, StatValue,
 };
 pub use segment_schema::{segment_schema, SCHEMALESS_ROW};
-
-#[cfg(doc)]
-use crate::schema::{RowCodec, Schema};
 
 /// Why a segment could not be written or read.
 #[derive(Debug, thiserror::Error)]
