@@ -3,7 +3,7 @@
 //! sealed (`tests/tier/check_segment.py`).
 //!
 //! The Python packages come from `tests/tier/setup_venv.sh` (a venv under
-//! `$HOME/.cache/corecast-tier-venv`). When they cannot be installed the test prints
+//! `$HOME/.cache/corecast-tier-venv`, or `$CORECAST_TIER_VENV`). When they cannot be installed the test prints
 //! `skipped: …` and passes, except under CI (`CI` set), where it fails.
 
 use std::path::{Path, PathBuf};
