@@ -6,9 +6,12 @@
 //! - [`log`]: the per-stream hot log (preallocated segment files, one record, one `pwrite` and
 //!   one `fdatasync` per group commit), exactly-once publisher marks, readers for replay scans,
 //!   and `meta.db` (SQLite) for the stream's constants, floor, frontier and marks snapshots.
+//! - [`tier`]: the sealed Parquet tier's segment codec: committed rows to one Parquet file, and
+//!   an offset range of such a file back to byte-identical rows.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod json;
 pub mod log;
 pub mod schema;
+pub mod tier;

@@ -1,0 +1,290 @@
+//! Reading a segment back: an offset range → byte-identical rows, in bounded chunks.
+//!
+//! In: a segment file written by [`super::SegmentWriter`] (any [`ChunkReader`]: a `File`, or
+//! `bytes::Bytes` in memory), the stream's [`RowCodec`] and an offset range. Out: [`RowChunk`]s of
+//! at most [`ReadOptions::chunk_rows`] rows, in offset order, each row re-encoded to exactly the
+//! bytes the validator produced. Runs on a replay worker's thread.
+//!
+//! Pruning: row groups whose `litelink_offset` chunk statistics miss the range are not read at
+//! all; inside the others, the page index (the `litelink_offset` column index and offset index)
+//! turns the pages that miss the range into a [`RowSelection`] skip, so their pages are neither
+//! decompressed nor decoded in any column. What is left is filtered row by row.
+//! [`ReadStats`] counts what was touched.
+
+use std::ops::Range;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::RecordBatch;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection,
+    RowSelector,
+};
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
+use parquet::file::page_index::column_index::ColumnIndexMetaData;
+use parquet::file::reader::ChunkReader;
+use parquet::file::statistics::Statistics;
+
+use super::row_encode::{write_struct, ColumnView};
+use super::segment_schema::segment_schema;
+use super::TierError;
+use crate::schema::RowCodec;
+
+/// How a segment is read.
+#[derive(Debug, Clone)]
+pub struct ReadOptions {
+    /// The most rows in one [`RowChunk`] (and in one decoded Arrow batch).
+    pub chunk_rows: usize,
+}
+
+impl Default for ReadOptions {
+    fn default() -> ReadOptions {
+        ReadOptions { chunk_rows: 8_192 }
+    }
+}
+
+/// What a read touched.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Row groups in the file.
+    pub row_groups_total: usize,
+    /// Row groups whose statistics overlap the range (the only ones read).
+    pub row_groups_read: usize,
+    /// `litelink_offset` pages in the row groups read.
+    pub pages_total: usize,
+    /// Of those, pages whose column-index min/max overlap the range (the rest are skipped).
+    pub pages_read: usize,
+    /// Rows decoded into Arrow (selected pages' rows).
+    pub rows_decoded: u64,
+    /// Rows returned (inside the range).
+    pub rows_returned: u64,
+}
+
+/// A bounded run of consecutive rows: offsets, receipt stamps, and the canonical rows back to
+/// back in one buffer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RowChunk {
+    /// Each row's offset, increasing.
+    pub offsets: Vec<u64>,
+    /// Each row's `streamcast_ts`.
+    pub ts: Vec<i64>,
+    /// End of each row in `bytes` (row `i` is `bytes[ends[i-1]..ends[i]]`).
+    pub ends: Vec<usize>,
+    /// The rows' canonical encodings, back to back.
+    pub bytes: Vec<u8>,
+}
+
+impl RowChunk {
+    /// Rows in the chunk.
+    pub fn len(&self) -> usize {
+        self.offsets.len()
+    }
+
+    /// Whether the chunk holds no row.
+    pub fn is_empty(&self) -> bool {
+        self.offsets.is_empty()
+    }
+
+    /// Row `i`: `(offset, ts_us, bytes)`.
+    pub fn row(&self, i: usize) -> (u64, i64, &[u8]) {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        (
+            self.offsets[i],
+            self.ts[i],
+            &self.bytes[start..self.ends[i]],
+        )
+    }
+
+    /// The rows in order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, i64, &[u8])> + '_ {
+        (0..self.len()).map(|i| self.row(i))
+    }
+}
+
+/// Reads one offset range of a segment.
+pub struct SegmentReader {
+    batches: ParquetRecordBatchReader,
+    codec: RowCodec,
+    range: Range<u64>,
+    stats: ReadStats,
+    done: bool,
+}
+
+impl SegmentReader {
+    /// Opens `file` for the rows with offsets in `range`, for a stream with `codec`.
+    ///
+    /// # Errors
+    ///
+    /// [`TierError::Parquet`] if the file is not Parquet, [`TierError::SchemaMismatch`] if its
+    /// schema is not the segment schema of `codec` (see [`super::segment_schema`]).
+    pub fn open<R: ChunkReader + 'static>(
+        file: R,
+        codec: &RowCodec,
+        range: Range<u64>,
+        options: &ReadOptions,
+    ) -> Result<SegmentReader, TierError> {
+        let arrow_options =
+            ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+        let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(file, arrow_options)?;
+        let expected = segment_schema(codec);
+        if builder.schema().fields() != expected.fields() {
+            return Err(TierError::SchemaMismatch(format!(
+                "the file's columns are {:?}, the stream's segments have {:?}",
+                builder.schema().fields(),
+                expected.fields()
+            )));
+        }
+        let metadata = builder.metadata().clone();
+        let (row_groups, selection, stats) = plan(&metadata, &range);
+        let batches = builder
+            .with_batch_size(options.chunk_rows.max(1))
+            .with_row_groups(row_groups)
+            .with_row_selection(selection)
+            .build()?;
+        Ok(SegmentReader {
+            batches,
+            codec: codec.clone(),
+            range,
+            stats,
+            done: false,
+        })
+    }
+
+    /// What the read has touched so far (row groups and pages are counted at open).
+    pub fn stats(&self) -> &ReadStats {
+        &self.stats
+    }
+
+    /// The next chunk of rows in the range, or `None` at the end.
+    ///
+    /// # Errors
+    ///
+    /// A Parquet error decoding a page, or [`TierError::SchemaMismatch`] for data of the wrong
+    /// shape.
+    pub fn next_chunk(&mut self) -> Result<Option<RowChunk>, TierError> {
+        while !self.done {
+            let Some(batch) = self.batches.next().transpose()? else {
+                self.done = true;
+                break;
+            };
+            self.stats.rows_decoded += batch.num_rows() as u64;
+            let chunk = self.encode(&batch)?;
+            if !chunk.is_empty() {
+                self.stats.rows_returned += chunk.len() as u64;
+                return Ok(Some(chunk));
+            }
+        }
+        Ok(None)
+    }
+
+    fn encode(&mut self, batch: &RecordBatch) -> Result<RowChunk, TierError> {
+        let n = batch.num_columns();
+        let offsets = batch
+            .column(0)
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| TierError::SchemaMismatch("litelink_offset is not int64".into()))?;
+        let ts = batch
+            .column(n - 1)
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| TierError::SchemaMismatch("streamcast_ts is not int64".into()))?;
+        let mut chunk = RowChunk::default();
+        // Rows are sorted by offset: find the slice of the batch inside the range.
+        let values = offsets.values();
+        let lo = values.partition_point(|&o| (o as u64) < self.range.start);
+        let hi = values.partition_point(|&o| (o as u64) < self.range.end);
+        if lo >= hi {
+            return Ok(chunk);
+        }
+        chunk.offsets.reserve(hi - lo);
+        chunk.ts.reserve(hi - lo);
+        chunk.ends.reserve(hi - lo);
+        match &self.codec {
+            RowCodec::Schema(schema) => {
+                let columns = schema.columns();
+                let views = columns
+                    .iter()
+                    .zip(&batch.columns()[1..n - 1])
+                    .map(|(c, a)| ColumnView::new(c.ty(), a))
+                    .collect::<Result<Vec<_>, _>>()?;
+                chunk.bytes.reserve((hi - lo) * 64);
+                for i in lo..hi {
+                    write_struct(columns, &views, i, &mut chunk.bytes);
+                    chunk.ends.push(chunk.bytes.len());
+                }
+            }
+            RowCodec::Schemaless => {
+                let rows = batch
+                    .column(1)
+                    .as_string_opt::<i32>()
+                    .ok_or_else(|| TierError::SchemaMismatch("row is not utf8".into()))?;
+                for i in lo..hi {
+                    chunk.bytes.extend_from_slice(rows.value(i).as_bytes());
+                    chunk.ends.push(chunk.bytes.len());
+                }
+            }
+        }
+        chunk
+            .offsets
+            .extend(values[lo..hi].iter().map(|&o| o as u64));
+        chunk.ts.extend_from_slice(&ts.values()[lo..hi]);
+        Ok(chunk)
+    }
+}
+
+/// Chooses the row groups and, inside them, the rows (whole pages of `litelink_offset`) whose
+/// statistics overlap `range`.
+fn plan(metadata: &ParquetMetaData, range: &Range<u64>) -> (Vec<usize>, RowSelection, ReadStats) {
+    let mut stats = ReadStats {
+        row_groups_total: metadata.num_row_groups(),
+        ..ReadStats::default()
+    };
+    let overlaps = |min: i64, max: i64| (max as u64) >= range.start && (min as u64) < range.end;
+    let mut row_groups = Vec::new();
+    let mut selectors: Vec<RowSelector> = Vec::new();
+    for (rg, meta) in metadata.row_groups().iter().enumerate() {
+        let rows = usize::try_from(meta.num_rows()).unwrap_or(0);
+        let keep = match meta.column(0).statistics() {
+            Some(Statistics::Int64(s)) => match (s.min_opt(), s.max_opt()) {
+                (Some(&min), Some(&max)) => overlaps(min, max),
+                _ => true,
+            },
+            _ => true,
+        };
+        if !keep || range.start >= range.end {
+            continue;
+        }
+        row_groups.push(rg);
+        stats.row_groups_read += 1;
+        let page_index = metadata.page_index_for_row_group(rg);
+        let pages = match (page_index.column_index(0), page_index.offset_index(0)) {
+            (Some(ColumnIndexMetaData::INT64(ci)), Some(oi)) => Some((ci, oi)),
+            _ => None,
+        };
+        let Some((ci, oi)) = pages else {
+            stats.pages_total += 1;
+            stats.pages_read += 1;
+            selectors.push(RowSelector::select(rows));
+            continue;
+        };
+        let locations = oi.page_locations();
+        stats.pages_total += locations.len();
+        for (p, loc) in locations.iter().enumerate() {
+            let first = usize::try_from(loc.first_row_index).unwrap_or(0);
+            let end = locations
+                .get(p + 1)
+                .map_or(rows, |l| usize::try_from(l.first_row_index).unwrap_or(rows));
+            let page_rows = end.saturating_sub(first);
+            let keep = match (ci.min_value(p), ci.max_value(p)) {
+                (Some(&min), Some(&max)) => overlaps(min, max),
+                _ => true,
+            };
+            if keep {
+                stats.pages_read += 1;
+                selectors.push(RowSelector::select(page_rows));
+            } else {
+                selectors.push(RowSelector::skip(page_rows));
+            }
+        }
+    }
+    (row_groups, RowSelection::from(selectors), stats)
+}
