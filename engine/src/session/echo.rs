@@ -1,6 +1,7 @@
 //! The echo endpoint (`/_echo`, off unless `serve --echo`): every data message is sent back
-//! as it came. It exists so WebSocket conformance suites (Autobahn cases via `kosoku`) exercise
-//! the very codec and io_uring loops that serve streams.
+//! as it came. It exists so WebSocket conformance suites (the Autobahn TestSuite, or `kosoku`
+//! where there is no Python 2.7: `tests/autobahn/run.sh`) exercise the very codec and io_uring
+//! loops that serve streams.
 
 use corecast_net::rt::WriteHalf;
 use corecast_net::ws::close::CloseCode;
