@@ -678,7 +678,7 @@ impl Buffer {
                 drop(other);
                 let _ = std::fs::remove_file(&spare_path);
                 let len = self.options.segment_bytes.max(record::padded(needed));
-                keeper::make_spare(&self.log_dir, len)
+                keeper::make_spare(&self.log_dir, len, false)
                     .map_err(|e| (spare_path.clone(), e, "preallocating a new segment"))?
             }
         };

@@ -5,7 +5,8 @@
 //! at most one spare request per segment and one roll notice per roll, so it never waits on it in
 //! practice). Out: preallocated spare files, over a channel of one.
 //!
-//! - `MakeSpare`: creates `spare.seg.tmp`, preallocates it (`fallocate`), syncs it, renames it to
+//! - `MakeSpare`: creates `spare.seg.tmp`, preallocates it (`fallocate`, then zeros written
+//!   over it, so appends never convert unwritten extents), syncs it, renames it to
 //!   `spare.seg` and syncs the directory, then hands the file to the writer, which writes the next
 //!   segment's header and first record into it when the current segment is full.
 //! - `Rolled`: syncs the directory (the writer renamed the spare to its segment name: recovery
@@ -47,16 +48,17 @@ pub(crate) struct Keeper {
     pub(crate) last_error: Arc<Mutex<Option<String>>>,
 }
 
-/// Creates `log_dir/spare.seg`, preallocated to `len` bytes, through a temporary name, and makes
-/// its directory entry durable.
-pub(crate) fn make_spare(log_dir: &Path, len: u64) -> io::Result<File> {
+/// Creates `log_dir/spare.seg`, preallocated to `len` bytes (with its zeros `written` when it
+/// is made ahead of time, see [`segment::preallocate`]), through a temporary name, and makes its
+/// directory entry durable.
+pub(crate) fn make_spare(log_dir: &Path, len: u64, written: bool) -> io::Result<File> {
     let tmp = log_dir.join(format!("{SPARE_FILE_NAME}{TMP_SUFFIX}"));
     match std::fs::remove_file(&tmp) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    let file = segment::preallocate(&tmp, len).inspect_err(|_| {
+    let file = segment::preallocate(&tmp, len, written).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })?;
     std::fs::rename(&tmp, log_dir.join(SPARE_FILE_NAME))?;
@@ -83,7 +85,7 @@ impl Keeper {
                 while let Ok(msg) = rx.recv() {
                     match msg {
                         KeeperMsg::MakeSpare(len) => {
-                            let made = make_spare(&log_dir, len);
+                            let made = make_spare(&log_dir, len, true);
                             if let Err(e) = &made {
                                 report(format!("preallocating a spare segment: {e}"));
                             }

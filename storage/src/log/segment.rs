@@ -429,26 +429,39 @@ pub fn zero_from(file: &File, from: u64) -> io::Result<u64> {
 
 /// Creates `path` (which must not exist) preallocated to `len` bytes of zeros with `fallocate`
 /// (or, where the filesystem has no `fallocate`, by writing the zeros) and made durable, so
-/// appending into it later changes no file size.
-pub fn preallocate(path: &Path, len: u64) -> io::Result<File> {
+/// appending into it later changes no file size. With `written`, the zeros are also written
+/// over the allocated space: `fallocate` leaves *unwritten* extents, and the first write into
+/// each block of one makes the next `fdatasync` journal the extent's conversion too — measured
+/// here, a 100-row commit (10 KiB, three new blocks) cost 0.10 ms against 0.06 ms into written
+/// blocks. Writing the zeros costs the disk the segment's size once more, off the commit path
+/// (the keeper thread does it for every spare).
+pub fn preallocate(path: &Path, len: u64, written: bool) -> io::Result<File> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create_new(true)
         .open(path)?;
-    match rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, len) {
-        Ok(()) => {}
-        // filesystems without fallocate (FUSE, some network filesystems): write the zeros
-        Err(rustix::io::Errno::OPNOTSUPP) => {
+    let write_zeros =
+        match rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, len) {
+            Ok(()) => written,
+            // filesystems without fallocate (FUSE, some network filesystems): write the zeros
+            Err(rustix::io::Errno::OPNOTSUPP) => true,
+            Err(errno) => return Err(io::Error::from(errno)),
+        };
+    match write_zeros {
+        false => {}
+        true => {
             let zeros = vec![0u8; CHUNK_BYTES];
             let mut pos = 0;
             while pos < len {
                 let n = (len - pos).min(CHUNK_BYTES as u64) as usize;
                 file.write_all_at(&zeros[..n], pos)?;
+                // a megabyte at a time to the disk: a commit's fdatasync on another file then
+                // never waits behind tens of megabytes of this one's writeback
+                file.sync_data()?;
                 pos += n as u64;
             }
         }
-        Err(errno) => return Err(io::Error::from(errno)),
     }
     file.sync_all()?;
     Ok(file)

@@ -306,7 +306,7 @@ impl SegmentsWriter {
                 .options
                 .segment_bytes
                 .max(super::record::padded(SEGMENT_HEADER_LEN + len));
-            let file = segment::preallocate(&path, capacity)
+            let file = segment::preallocate(&path, capacity, false)
                 .map_err(StorageError::io(&path, "preallocating a converted segment"))?;
             let header = SegmentHeader {
                 first_offset,
