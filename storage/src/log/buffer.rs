@@ -602,7 +602,7 @@ impl Buffer {
             active.pos,
             active.path.to_path_buf(),
         );
-        let first_offset = record_first_offset(bytes);
+        let (first_offset, end_offset) = record_span(bytes);
         if let Err(error) = self
             .fault(|f| matches!(f, Fault::Write(_)).then(|| errno(f)))
             .and_then(|()| file.write_all_at(bytes, pos))
@@ -622,7 +622,6 @@ impl Buffer {
                 "making the commit's record durable (fdatasync)",
             ));
         }
-        let end_offset = record_end_offset(bytes);
         let active = self.active.as_mut().expect("an active segment");
         active.pos += len;
         let index_it = pos - active.last_sparse_pos >= segment::SPARSE_EVERY_BYTES;
@@ -654,7 +653,7 @@ impl Buffer {
     /// Starts a new segment with `bytes` (a record) as its first record: header and record in
     /// one `pwrite` into a preallocated spare, one `fdatasync`, then the rename to its name.
     fn roll(&mut self, bytes: &[u8]) -> Result<(), (PathBuf, io::Error, &'static str)> {
-        let first_offset = record_first_offset(bytes);
+        let (first_offset, end_offset) = record_span(bytes);
         if self
             .active
             .as_ref()
@@ -716,7 +715,6 @@ impl Buffer {
         let capacity = spare.metadata().map(|m| m.len()).unwrap_or(needed);
         let file = Arc::new(spare);
         let path: Arc<Path> = Arc::from(path.as_path());
-        let end_offset = record_end_offset(bytes);
         {
             let mut view = self.shared.view.write().expect("view lock");
             if view.segments.is_empty() {
@@ -945,16 +943,10 @@ mod libc_enospc {
     pub const EDQUOT: i32 = 122;
 }
 
-fn record_first_offset(bytes: &[u8]) -> u64 {
-    record::parse_header(bytes)
-        .expect("the writer's own record")
-        .first_offset
-}
-
-fn record_end_offset(bytes: &[u8]) -> u64 {
-    record::parse_header(bytes)
-        .expect("the writer's own record")
-        .end_offset()
+/// The first offset and the end offset of a record the writer just built.
+fn record_span(bytes: &[u8]) -> (u64, u64) {
+    let header = record::parse_header(bytes).expect("the writer's own record");
+    (header.first_offset, header.end_offset())
 }
 
 /// The 16 bytes of a stored UUID.

@@ -230,26 +230,7 @@ impl MetaDb {
 
     /// The marks snapshot.
     pub fn marks(&self) -> Result<HashMap<String, Mark>, StorageError> {
-        let sqlite = || StorageError::sqlite(&self.path, "reading publisher marks");
-        let mut statement = self
-            .conn
-            .prepare("SELECT id, last_seq, last_offset FROM publishers")
-            .map_err(sqlite())?;
-        let mut rows = statement.query([]).map_err(sqlite())?;
-        let mut marks = HashMap::new();
-        while let Some(row) = rows.next().map_err(sqlite())? {
-            let columns: rusqlite::Result<(String, i64, Option<i64>)> =
-                (|| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))();
-            let (id, last_seq, last_offset) = columns.map_err(sqlite())?;
-            let mark = Mark {
-                last_seq: to_u64(last_seq, &self.path, "publisher last_seq")?,
-                last_offset: last_offset
-                    .map(|offset| to_u64(offset, &self.path, "publisher last_offset"))
-                    .transpose()?,
-            };
-            marks.insert(id, mark);
-        }
-        Ok(marks)
+        read_marks(&self.conn, &self.path, "reading publisher marks")
     }
 
     /// Raises the stored frontier to `frontier` (never lowers it).
@@ -298,6 +279,34 @@ impl MetaDb {
             let _ = self.conn.execute_batch("ROLLBACK");
         }
     }
+}
+
+/// Reads a `publishers(id, last_seq, last_offset)` table: meta.db's snapshot, or the format-2
+/// buffer's marks (same table) when converting it.
+pub(crate) fn read_marks(
+    conn: &Connection,
+    path: &Path,
+    op: &'static str,
+) -> Result<HashMap<String, Mark>, StorageError> {
+    let sqlite = || StorageError::sqlite(path, op);
+    let mut statement = conn
+        .prepare("SELECT id, last_seq, last_offset FROM publishers")
+        .map_err(sqlite())?;
+    let mut rows = statement.query([]).map_err(sqlite())?;
+    let mut marks = HashMap::new();
+    while let Some(row) = rows.next().map_err(sqlite())? {
+        let columns: rusqlite::Result<(String, i64, Option<i64>)> =
+            (|| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))();
+        let (id, last_seq, last_offset) = columns.map_err(sqlite())?;
+        let mark = Mark {
+            last_seq: to_u64(last_seq, path, "publisher last_seq")?,
+            last_offset: last_offset
+                .map(|offset| to_u64(offset, path, "publisher last_offset"))
+                .transpose()?,
+        };
+        marks.insert(id, mark);
+    }
+    Ok(marks)
 }
 
 /// Replaces the `publishers` table's contents with `marks` (inside an open transaction).

@@ -11,7 +11,6 @@
 //! the row bytes are unchanged. Format 1 (one SQLite row per log row) is no longer converted:
 //! open such a stream once with a corecast release that reads it, which rewrites it as format 2.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -21,7 +20,6 @@ use rusqlite::{Connection, OpenFlags};
 use super::block;
 use super::buffer::{uuid_bytes, LogOptions, LOG_DIR_NAME};
 use super::error::StorageError;
-use super::marks::Mark;
 use super::meta::{to_u64, Meta, MetaDb, META_FILE_NAME};
 use super::record::RecordBuilder;
 use super::segment::{self, SegmentHeader, SEGMENT_HEADER_LEN};
@@ -55,7 +53,7 @@ pub(crate) fn convert_if_needed(dir: &Path, options: LogOptions) -> Result<u64, 
     )
     .map_err(sqlite("opening the format-2 buffer to convert it"))?;
     let (legacy_meta, end_offset) = read_legacy_meta(&conn, &legacy)?;
-    let marks = read_legacy_marks(&conn, &legacy)?;
+    let marks = super::meta::read_marks(&conn, &legacy, "reading the old buffer's marks")?;
 
     std::fs::create_dir(&log_tmp)
         .map_err(StorageError::io(&log_tmp, "creating the converted log"))?;
@@ -242,39 +240,6 @@ fn read_legacy_meta(conn: &Connection, path: &Path) -> Result<(Meta, u64), Stora
         },
         end_offset,
     ))
-}
-
-fn read_legacy_marks(
-    conn: &Connection,
-    path: &Path,
-) -> Result<HashMap<String, Mark>, StorageError> {
-    let sqlite = |op| StorageError::sqlite(path, op);
-    let mut statement = conn
-        .prepare("SELECT id, last_seq, last_offset FROM publishers")
-        .map_err(sqlite("reading the old buffer's marks"))?;
-    let mut rows = statement
-        .query([])
-        .map_err(sqlite("reading the old buffer's marks"))?;
-    let mut marks = HashMap::new();
-    while let Some(row) = rows
-        .next()
-        .map_err(sqlite("reading the old buffer's marks"))?
-    {
-        let columns: rusqlite::Result<(String, i64, Option<i64>)> =
-            (|| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))();
-        let (id, last_seq, last_offset) =
-            columns.map_err(sqlite("reading the old buffer's marks"))?;
-        marks.insert(
-            id,
-            Mark {
-                last_seq: to_u64(last_seq, path, "publisher last_seq")?,
-                last_offset: last_offset
-                    .map(|offset| to_u64(offset, path, "publisher last_offset"))
-                    .transpose()?,
-            },
-        );
-    }
-    Ok(marks)
 }
 
 /// Writes converted records into segment files, rolling at the configured size.
