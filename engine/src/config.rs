@@ -14,6 +14,9 @@
 //! max_inbound = 65536            # rows queued for commit per stream
 //! max_message_bytes = 1048576
 //! segment_bytes = 67108864       # durable streams: bytes per preallocated hot-log segment file
+//! seal_target_bytes = 67108864   # durable streams: encoded row bytes per sealed Parquet segment
+//! seal_every_s = 60              # ... or seal whatever is unsealed once its oldest row is this old
+//! retention = "7d"               # drop sealed segments wholly older than this ("12h", "30m"); absent: keep
 //! ```
 //!
 //! Top-level `write_timeout_s = 30` (1..=3600) is how long one write to a client may take before
@@ -31,6 +34,9 @@ use serde::Deserialize;
 
 /// The six-column trade schema the embedded default serves (PROTOCOL.md §4).
 pub const TRADE_SCHEMA: &str = r#"{"type":"object","properties":{"event_ts":{"type":"integer","format":"int64"},"price":{"type":"number","format":"double"},"amount":{"type":"number","format":"double"},"side":{"type":"integer","format":"int32"},"symbol":{"type":"string"},"trade_id":{"type":"integer","format":"int64"}},"required":["event_ts","price","amount","side","symbol","trade_id"]}"#;
+
+/// Default `seal_target_bytes`: 64 MiB of encoded rows per sealed segment.
+pub const DEFAULT_SEAL_TARGET_BYTES: u64 = 64 << 20;
 
 /// Default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8765";
@@ -158,6 +164,13 @@ pub struct StreamConfig {
     pub max_message_bytes: usize,
     /// Bytes each hot-log segment file of a durable stream is preallocated to.
     pub segment_bytes: u64,
+    /// Encoded row bytes after which the unsealed rows of a durable stream are cut into a
+    /// sealed Parquet segment.
+    pub seal_target_bytes: u64,
+    /// Age of the oldest unsealed row after which whatever is unsealed is sealed anyway.
+    pub seal_every: Duration,
+    /// Sealed segments whose newest row is older than this are dropped; `None`: kept forever.
+    pub retention: Option<Duration>,
 }
 
 impl StreamConfig {
@@ -174,6 +187,9 @@ impl StreamConfig {
             max_inbound: 65_536,
             max_message_bytes: 1 << 20,
             segment_bytes: corecast_storage::log::DEFAULT_SEGMENT_BYTES,
+            seal_target_bytes: DEFAULT_SEAL_TARGET_BYTES,
+            seal_every: Duration::from_secs(60),
+            retention: None,
         }
     }
 }
@@ -235,6 +251,34 @@ struct RawStream {
     max_inbound: Option<i64>,
     max_message_bytes: Option<i64>,
     segment_bytes: Option<i64>,
+    seal_target_bytes: Option<i64>,
+    seal_every_s: Option<toml::Value>,
+    retention: Option<String>,
+}
+
+/// Parses a retention period: a positive whole number and a unit, `s`, `m`, `h` or `d`
+/// (`"7d"`, `"12h"`, `"30m"`).
+pub fn parse_retention(text: &str) -> Result<Duration, String> {
+    let bad = || {
+        format!("{text:?} is not a period: a positive whole number and a unit s, m, h or d, e.g. \"7d\", \"12h\", \"30m\"")
+    };
+    let t = text.trim();
+    let unit = t.chars().last().ok_or_else(bad)?;
+    let per: u64 = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        _ => return Err(bad()),
+    };
+    let n: u64 = t[..t.len() - 1].parse().map_err(|_| bad())?;
+    if n == 0 {
+        return Err(bad());
+    }
+    n.checked_mul(per)
+        .filter(|&s| s <= 100 * 365 * 86_400)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{text:?} is longer than 100 years"))
 }
 
 /// Whether `name` is a valid stream name (`[A-Za-z0-9][A-Za-z0-9_.-]{0,127}`, PROTOCOL.md §2).
@@ -380,6 +424,53 @@ impl Config {
                     ));
                 }
                 sc.segment_bytes = n as u64;
+            }
+            let tier_key = |key: &str| -> Result<(), ConfigError> {
+                if sc.durable {
+                    Ok(())
+                } else {
+                    Err(err(
+                        &k(key),
+                        "set on a stream with durable = false, which keeps no history".into(),
+                    ))
+                }
+            };
+            if let Some(n) = s.seal_target_bytes {
+                tier_key("seal_target_bytes")?;
+                let (min, max): (i64, i64) = (4096, 1 << 34);
+                if !(min..=max).contains(&n) {
+                    return Err(err(
+                        &k("seal_target_bytes"),
+                        format!("{n} is outside {min}..={max} (4 KiB to 16 GiB; the default is 67108864, 64 MiB)"),
+                    ));
+                }
+                sc.seal_target_bytes = n as u64;
+            }
+            if let Some(v) = &s.seal_every_s {
+                tier_key("seal_every_s")?;
+                let secs = match v {
+                    toml::Value::Integer(i) => Some(*i as f64),
+                    toml::Value::Float(f) => Some(*f),
+                    _ => None,
+                };
+                match secs {
+                    Some(x) if (0.1..=86_400.0).contains(&x) => {
+                        sc.seal_every = Duration::from_secs_f64(x)
+                    }
+                    _ => {
+                        return Err(err(
+                            &k("seal_every_s"),
+                            format!(
+                                "{v} is not a number of seconds in 0.1..=86400 (the default is 60)"
+                            ),
+                        ))
+                    }
+                }
+            }
+            if let Some(text) = &s.retention {
+                tier_key("retention")?;
+                sc.retention =
+                    Some(parse_retention(text).map_err(|why| err(&k("retention"), why))?);
             }
             streams.push(sc);
         }

@@ -6,6 +6,7 @@
 //! not JSON, not an object, an empty list, an object or nested list value, an unknown column, a
 //! struct/list/map column. A type mismatch (`"1"` for an integer column) silently matches nothing.
 
+use corecast_storage::tier::{ColumnPredicate, PredicateValue};
 use sonic_rs::{JsonContainerTrait, JsonType, JsonValueTrait, Value};
 
 /// What a `where=` term may name, as the stream's schema says.
@@ -126,6 +127,28 @@ impl Filter {
     /// The filter as the greeting echoes it (compact JSON object).
     pub fn echo(&self) -> &str {
         &self.echo
+    }
+
+    /// The terms as column predicates, for skipping sealed row groups whose statistics exclude
+    /// them.
+    pub fn predicates(&self) -> Vec<ColumnPredicate> {
+        self.terms
+            .iter()
+            .map(|t| ColumnPredicate {
+                column: t.column.clone(),
+                any_of: t
+                    .any_of
+                    .iter()
+                    .map(|v| match v {
+                        Scalar::Null => PredicateValue::Null,
+                        Scalar::Bool(b) => PredicateValue::Bool(*b),
+                        Scalar::Int(i) => PredicateValue::Int(*i),
+                        Scalar::Num(x) => PredicateValue::Num(*x),
+                        Scalar::Str(s) => PredicateValue::Str(s.clone()),
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 
     /// Whether the row (canonical JSON object bytes) passes every term. Only the named keys are

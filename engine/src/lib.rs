@@ -26,3 +26,4 @@ pub mod replay;
 pub mod server;
 pub mod session;
 pub mod shard;
+pub mod tier;

@@ -108,6 +108,8 @@ pub struct Stream {
     pub claims: Mutex<HashMap<String, Arc<Claim>>>,
     /// When the stream started serving, µs since the epoch.
     pub started_us: i64,
+    /// The sealed tier and the hot log's extent (durable streams; empty for live ones).
+    pub tiers: crate::tier::TierState,
 }
 
 impl Stream {

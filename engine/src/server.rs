@@ -18,14 +18,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use corecast_net::rt::Driver;
-use corecast_storage::log::{Buffer, LogOptions};
+use corecast_storage::log::{Buffer, BufferReader, LogOptions};
 use corecast_storage::schema::{RowCodec, Schema};
+use corecast_storage::tier::SegmentIndex;
 
 use crate::commit::writer::{Writer, WriterMsg};
 use crate::config::Config;
 use crate::registry::{now_us, Registry, Stream, StreamStats};
 use crate::replay::ReaderPool;
 use crate::shard::{self, ShardMsg, ShardSetup, Shared};
+use crate::tier::maintenance::{Maintenance, TierJob};
+use crate::tier::TierState;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +81,7 @@ pub struct Running {
         crossbeam_channel::Sender<WriterMsg>,
         std::thread::JoinHandle<()>,
     )>,
+    maintenance: Maintenance,
     pool: ReaderPool,
     shared: Arc<Shared>,
     _lock: File,
@@ -185,6 +189,7 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
     let mut buffers: Vec<Vec<(usize, Buffer)>> = (0..writers_n).map(|_| Vec::new()).collect();
     let mut live: Vec<Vec<usize>> = (0..writers_n).map(|_| Vec::new()).collect();
     let mut heads = Vec::new();
+    let mut tier_jobs = Vec::new();
     for (index, sc) in cfg.streams.iter().enumerate() {
         let serr = |reason: String| StartError::Stream {
             stream: sc.name.clone(),
@@ -196,6 +201,8 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         };
         let dir = data_dir.join(&sc.name);
         let writer = owner(&sc.name, writers_n);
+        let mut tier_index: Option<(SegmentIndex, BufferReader)> = None;
+        let mut tiers = TierState::default();
         let (stream_id, end, earliest, metadata, hint) = if sc.durable {
             // the published form, so reformatting the schema file is not a schema change
             let published = schema.as_ref().map(|s| s.published());
@@ -233,6 +240,37 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
                 "opened {}",
                 buffer.path().display()
             );
+            // the sealed tier: sweep what a crash left, check it meets the hot log
+            let index_db = SegmentIndex::open(&dir).map_err(|e| serr(e.to_string()))?;
+            for name in index_db.sweep().map_err(|e| serr(e.to_string()))? {
+                tracing::info!(stream = %sc.name, "removed segments/{name}: written but never recorded (a crash while sealing, or retention)");
+            }
+            let entries = index_db.entries().map_err(|e| serr(e.to_string()))?;
+            let sealed_end = index_db.sealed_end().map_err(|e| serr(e.to_string()))?;
+            let hot_floor = buffer.earliest().unwrap_or(end);
+            if hot_floor > sealed_end {
+                return Err(serr(format!(
+                    "offsets {sealed_end}..{hot_floor} are in no tier: the sealed segments end before {sealed_end} and the hot log starts at {hot_floor} (a file removed by hand?)"
+                )));
+            }
+            if sealed_end > end {
+                return Err(serr(format!(
+                    "the segment index says rows up to {} are sealed, but the log ends at {end}",
+                    sealed_end - 1
+                )));
+            }
+            if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
+                tracing::info!(
+                    stream = %sc.name,
+                    segments = entries.len(),
+                    "sealed tier holds offsets {}..={}",
+                    first.first_offset,
+                    last.last_offset
+                );
+            }
+            tiers = TierState::new(entries, sealed_end);
+            let earliest = tiers.earliest(hot_floor);
+            tier_index = Some((index_db, buffer.reader().map_err(|e| serr(e.to_string()))?));
             let id = buffer.stream_id().to_string();
             buffers[writer].push((index, buffer));
             let base = format!("file://{}/{}", dir.display(), sc.name);
@@ -269,7 +307,11 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
             earliest: AtomicU64::new(earliest),
             claims: Mutex::new(Default::default()),
             started_us: now_us(),
+            tiers,
         }));
+        if let Some(job) = tier_index {
+            tier_jobs.push((index, job));
+        }
     }
     let registry = Arc::new(Registry::new(streams));
 
@@ -291,6 +333,16 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         writer_senders.push(tx.clone());
         writers.push((tx, h));
     }
+    let jobs = tier_jobs
+        .into_iter()
+        .map(|(i, (index, reader))| {
+            let st = registry.streams[i].clone();
+            let writer = writer_senders[st.writer].clone();
+            TierJob::new(st, index, reader, writer)
+        })
+        .collect();
+    let maintenance = Maintenance::start(jobs, (cores / 4).max(1))
+        .map_err(|e| StartError::Other(format!("cannot start a maintenance thread: {e}")))?;
     let pool = ReaderPool::start(2, registry.clone());
     let shared = Arc::new(Shared::new(
         registry,
@@ -335,6 +387,7 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         driver,
         shards,
         writers,
+        maintenance,
         pool,
         shared,
         _lock: lock,
@@ -352,6 +405,8 @@ impl Running {
         for (_, h) in self.shards {
             let _ = h.join();
         }
+        // before the writers: it asks them to evict
+        self.maintenance.stop();
         for (tx, _) in &self.writers {
             let _ = tx.send(WriterMsg::Stop);
         }

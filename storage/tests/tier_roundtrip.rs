@@ -53,8 +53,16 @@ fn read_all(
     range: Range<u64>,
     chunk_rows: usize,
 ) -> (Vec<(u64, i64, Vec<u8>)>, corecast_storage::tier::ReadStats) {
-    let mut reader =
-        SegmentReader::open(file.clone(), codec, range, &ReadOptions { chunk_rows }).expect("open");
+    let mut reader = SegmentReader::open(
+        file.clone(),
+        codec,
+        range,
+        &ReadOptions {
+            chunk_rows,
+            ..ReadOptions::default()
+        },
+    )
+    .expect("open");
     let mut out = Vec::new();
     while let Some(chunk) = reader.next_chunk().expect("chunk") {
         assert!(chunk.len() <= chunk_rows, "chunk of {} rows", chunk.len());

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use corecast_storage::log::{AppendBatch, BatchOutcome, Buffer, Mark, PublisherSeq};
+use corecast_storage::log::{AppendBatch, BatchOutcome, Buffer, Detached, Mark, PublisherSeq};
 
 use crate::fanout::batch::{FrameBatch, FrameBatchBuilder};
 use crate::registry::{now_us, Registry};
@@ -36,6 +36,16 @@ pub enum WriterMsg {
         id: String,
         /// Where the mark goes.
         reply: flume::Sender<Option<Mark>>,
+    },
+    /// Take the hot-log segments wholly below `below` out of the log (the sealed tier holds
+    /// their rows); the files themselves are deleted by the caller ([`Detached::delete`]).
+    Evict {
+        /// Stream index.
+        stream: usize,
+        /// Every row below it is recorded in a sealed segment.
+        below: u64,
+        /// What was taken out, or the error's text.
+        reply: flume::Sender<Result<Detached, String>>,
     },
     /// Commit what is queued, then exit.
     Stop,
@@ -148,6 +158,19 @@ impl Writer {
                             _ => None,
                         };
                         let _ = reply.send(mark);
+                    }
+                    WriterMsg::Evict {
+                        stream,
+                        below,
+                        reply,
+                    } => {
+                        let detached = match self.logs.get_mut(&stream) {
+                            Some(Log::Durable(b)) => {
+                                b.detach_below(below).map_err(|e| e.to_string())
+                            }
+                            _ => Err(format!("stream {stream} keeps no log here")),
+                        };
+                        let _ = reply.send(detached);
                     }
                     WriterMsg::Stop => stop = true,
                 }

@@ -1,11 +1,19 @@
-//! The reader pool: blocking threads that scan the log below the rings and return ready-made
-//! frames.
+//! The reader pool: blocking threads that read history below the rings — sealed Parquet segments,
+//! then the hot log — and return ready-made frames.
 //!
-//! In: [`ReplayJob`]s from any shard (a crossbeam channel shared by the pool). Each thread keeps
-//! one read connection per stream (`corecast_storage::log::BufferReader`, WAL: readers never block
-//! the writer), scans `[from, to)` up to `limit` rows, frames them exactly as the writer frames live
-//! rows (the stored payload is the wire row, so replay bytes equal live bytes), and answers over a
-//! one-shot flume channel that the session awaits on its io_uring loop.
+//! In: [`ReplayJob`]s from any shard (a crossbeam channel shared by the pool). Out, over a
+//! one-shot flume channel the session awaits on its io_uring loop: a [`Replayed`] chunk of
+//! contiguous frames (≤ [`REPLAY_CHUNK_ROWS`] rows, ≤ [`REPLAY_CHUNK_BYTES`]), where the next
+//! job should start, and the offsets no tier holds any more, if the range met such a hole
+//! (retention, or eviction racing the read).
+//!
+//! The tiers are one offset space: below the hot log's floor a job reads the sealed segment that
+//! holds its first offset (`sealed.rs`: the segment's rows re-encoded to exactly the stored bytes,
+//! only the row groups and pages the range and the `where=` statistics need); from the floor on
+//! it reads the hot log (`BufferReader`, which never blocks the writer). Either way the frames
+//! are built exactly as the writer frames live rows, so replay bytes equal live bytes.
+
+mod sealed;
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -13,9 +21,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use corecast_storage::log::BufferReader;
+use corecast_storage::tier::ColumnPredicate;
 
 use crate::fanout::batch::{FrameBatch, FrameBatchBuilder};
 use crate::registry::Registry;
+use sealed::{SealedRead, SealedReads};
 
 /// Rows one replay job returns at most (a chunk; the session asks again for the next).
 pub const REPLAY_CHUNK_ROWS: usize = 4096;
@@ -33,9 +43,23 @@ pub struct ReplayJob {
     pub from: u64,
     /// End offset (exclusive).
     pub to: u64,
-    /// Where the frames go: a batch of contiguous offsets starting at the first held offset
-    /// ≥ `from` (empty when the log holds nothing in the range), or the storage error's text.
-    pub reply: flume::Sender<Result<FrameBatch, String>>,
+    /// The subscriber's `where=` terms: sealed row groups whose statistics exclude them are
+    /// skipped (the session still filters every row it is sent).
+    pub prune: Vec<ColumnPredicate>,
+    /// Where the chunk goes, or the storage error's text.
+    pub reply: flume::Sender<Result<Replayed, String>>,
+}
+
+/// What one job read.
+pub struct Replayed {
+    /// Contiguous frames from the first offset read (empty: nothing in the range to send).
+    pub batch: FrameBatch,
+    /// Where the next job starts: after the batch, or past rows skipped because their row
+    /// groups' statistics exclude the filter (≤ the job's `to`).
+    pub resume: u64,
+    /// `(first, last)`: offsets at the start of the range that no tier holds (dropped by
+    /// retention, or evicted while the job read); the batch starts after them.
+    pub missing: Option<(u64, u64)>,
 }
 
 enum PoolMsg {
@@ -69,13 +93,15 @@ impl ReaderPool {
     /// Starts `threads` reader threads over `registry`'s durable streams.
     pub fn start(threads: usize, registry: Arc<Registry>) -> ReaderPool {
         let (tx, rx) = crossbeam_channel::unbounded::<PoolMsg>();
+        let sealed = Arc::new(SealedReads::default());
         let threads = (0..threads.max(1))
             .map(|i| {
                 let rx = rx.clone();
                 let registry = registry.clone();
+                let sealed = sealed.clone();
                 std::thread::Builder::new()
                     .name(format!("corecast-reader-{i}"))
-                    .spawn(move || reader_loop(rx, registry))
+                    .spawn(move || reader_loop(rx, registry, sealed))
                     .expect("spawn reader thread")
             })
             .collect();
@@ -100,19 +126,28 @@ impl ReaderPool {
     }
 }
 
-fn reader_loop(rx: crossbeam_channel::Receiver<PoolMsg>, registry: Arc<Registry>) {
+fn reader_loop(
+    rx: crossbeam_channel::Receiver<PoolMsg>,
+    registry: Arc<Registry>,
+    sealed: Arc<SealedReads>,
+) {
     let mut readers: HashMap<usize, BufferReader> = HashMap::new();
     while let Ok(PoolMsg::Job(job)) = rx.recv() {
-        let res = scan(&mut readers, &registry, &job);
+        let res = read(&mut readers, &registry, &sealed, &job);
         let _ = job.reply.send(res);
     }
 }
 
-fn scan(
+/// Tries a few times when the tiers move under the read (a seal evicting the hot rows, or
+/// retention dropping the segment, between reading where they are and reading them).
+const ATTEMPTS: usize = 4;
+
+fn read(
     readers: &mut HashMap<usize, BufferReader>,
     registry: &Registry,
+    sealed: &SealedReads,
     job: &ReplayJob,
-) -> Result<FrameBatch, String> {
+) -> Result<Replayed, String> {
     let stream = &registry.streams[job.stream];
     let reader = match readers.entry(job.stream) {
         std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
@@ -120,28 +155,104 @@ fn scan(
             v.insert(BufferReader::open(&stream.dir).map_err(|e| e.to_string())?)
         }
     };
+    let mut last_hot: Option<Replayed> = None;
+    for _ in 0..ATTEMPTS {
+        let segments = stream.tiers.segments();
+        let extent = reader.extent(u64::MAX);
+        let hot_floor = extent.floor;
+        let earliest = segments
+            .first()
+            .map_or(hot_floor, |s| s.first_offset.min(hot_floor));
+        let mut from = job.from;
+        let mut missing = None;
+        if from < earliest {
+            missing = Some((from, earliest.min(job.to) - 1));
+            from = earliest;
+        }
+        if from >= job.to {
+            return Ok(Replayed {
+                batch: FrameBatchBuilder::new(job.to, true, 0).finish(),
+                resume: job.to,
+                missing,
+            });
+        }
+        if from < hot_floor {
+            let Some(entry) = segments.iter().find(|s| s.holds(from)) else {
+                continue; // the list changed under us
+            };
+            let path = stream
+                .dir
+                .join(corecast_storage::tier::SEGMENTS_DIR_NAME)
+                .join(&entry.file);
+            let request = SealedRead {
+                stream: job.stream,
+                entry,
+                path: &path,
+                from,
+                to: job.to.min(entry.end_offset()),
+                prune: &job.prune,
+            };
+            match sealed.read(&stream.codec, request) {
+                Ok(Some((batch, resume))) => {
+                    return Ok(Replayed {
+                        batch,
+                        resume,
+                        missing,
+                    })
+                }
+                Ok(None) => continue, // the file was dropped by retention meanwhile
+                Err(e) => return Err(e),
+            }
+        }
+        let batch = scan(reader, from, job.to)?;
+        if !batch.is_empty() && batch.first > from {
+            // evicted while we read: the rows are in the sealed tier now (or were dropped)
+            let hole = (from, batch.first - 1);
+            let resume = batch.end();
+            last_hot = Some(Replayed {
+                batch,
+                resume,
+                missing: Some((missing.map_or(hole.0, |m| m.0), hole.1)),
+            });
+            continue;
+        }
+        let resume = if batch.is_empty() {
+            job.to
+        } else {
+            batch.end()
+        };
+        return Ok(Replayed {
+            batch,
+            resume,
+            missing,
+        });
+    }
+    last_hot.ok_or_else(|| {
+        format!(
+            "the tiers of {} kept moving while offset {} was read",
+            stream.cfg.name, job.from
+        )
+    })
+}
+
+/// Frames the hot log's rows from `from` (or its floor, if higher) below `to`.
+fn scan(reader: &BufferReader, from: u64, to: u64) -> Result<FrameBatch, String> {
     let mut builder: Option<FrameBatchBuilder> = None;
     reader
-        .scan_with(
-            job.from,
-            job.to,
-            REPLAY_CHUNK_ROWS,
-            |offset, ts_us, payload| {
-                let b =
-                    builder.get_or_insert_with(|| FrameBatchBuilder::new(offset, true, 64 * 1024));
-                if b.next_seq() != offset {
-                    // a hole (retention): stop here; the session asks again from the next offset
-                    return ControlFlow::Break(());
-                }
-                b.push(payload, ts_us);
-                if b.bytes() >= REPLAY_CHUNK_BYTES {
-                    return ControlFlow::Break(());
-                }
-                ControlFlow::Continue(())
-            },
-        )
+        .scan_with(from, to, REPLAY_CHUNK_ROWS, |offset, ts_us, payload| {
+            let b = builder.get_or_insert_with(|| FrameBatchBuilder::new(offset, true, 64 * 1024));
+            if b.next_seq() != offset {
+                // a hole (retention): stop here; the session asks again from the next offset
+                return ControlFlow::Break(());
+            }
+            b.push(payload, ts_us);
+            if b.bytes() >= REPLAY_CHUNK_BYTES {
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        })
         .map_err(|e| e.to_string())?;
     Ok(builder
-        .unwrap_or_else(|| FrameBatchBuilder::new(job.to, true, 0))
+        .unwrap_or_else(|| FrameBatchBuilder::new(to, true, 0))
         .finish())
 }

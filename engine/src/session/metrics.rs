@@ -229,6 +229,7 @@ pub fn render(shared: &Shared) -> String {
                 .to_string()
         },
     );
+    tier_metrics(&mut o, shared, &names);
     family(
         &mut o,
         "corecast_dropped_slow_total",
@@ -315,6 +316,140 @@ pub fn render(shared: &Shared) -> String {
         (now_us() - started).max(0) as f64 / 1e6
     );
     o
+}
+
+/// The history tiers of durable streams: rows, bytes, segments and offsets per tier, the seal
+/// lag, seals and their failures.
+fn tier_metrics(o: &mut String, shared: &Shared, names: &[String]) {
+    struct Tiers {
+        hot: [u64; 3],
+        sealed: [u64; 3],
+        hot_range: Option<(u64, u64)>,
+        sealed_range: Option<(u64, u64)>,
+        lag_rows: u64,
+        lag_s: f64,
+        earliest: u64,
+    }
+    let now = crate::registry::now_us();
+    let tiers: Vec<(usize, Tiers)> = shared
+        .registry
+        .streams
+        .iter()
+        .enumerate()
+        .filter(|(_, st)| st.durable())
+        .map(|(i, st)| {
+            let t = &st.tiers;
+            let end = st.end.load(Ordering::Acquire);
+            let floor = t.hot_floor.load(Ordering::Relaxed).min(end).max(1);
+            let sealed = t.sealed_totals();
+            let (lag_rows, lag_s) = t.seal_lag(end, now);
+            (
+                i,
+                Tiers {
+                    hot: [
+                        end - floor,
+                        t.hot_bytes.load(Ordering::Relaxed),
+                        t.hot_segments.load(Ordering::Relaxed),
+                    ],
+                    sealed: [sealed.rows, sealed.bytes, sealed.segments],
+                    hot_range: (end > floor).then(|| (floor, end - 1)),
+                    sealed_range: sealed.first.zip(sealed.last),
+                    lag_rows,
+                    lag_s,
+                    earliest: st.earliest.load(Ordering::Acquire).min(end).max(1),
+                },
+            )
+        })
+        .collect();
+    for (k, (name, help)) in [
+        ("corecast_tier_rows", "Rows held per history tier (hot: the segment log; sealed: Parquet segments); a row may be in both between its seal and the hot segment's eviction."),
+        ("corecast_tier_bytes", "Bytes held per history tier (hot: durable record bytes; sealed: Parquet file sizes)."),
+        ("corecast_tier_segments", "Segment files per history tier."),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        family(o, name, "gauge", help);
+        for (i, t) in &tiers {
+            let n = &names[*i];
+            let _ = writeln!(o, "{name}{{stream=\"{n}\",tier=\"hot\"}} {}", t.hot[k]);
+            let _ = writeln!(o, "{name}{{stream=\"{n}\",tier=\"sealed\"}} {}", t.sealed[k]);
+        }
+    }
+    for (name, help, first) in [
+        (
+            "corecast_tier_first_offset",
+            "The first offset a history tier holds (absent when it holds none).",
+            true,
+        ),
+        (
+            "corecast_tier_last_offset",
+            "The last offset a history tier holds (absent when it holds none).",
+            false,
+        ),
+    ] {
+        family(o, name, "gauge", help);
+        for (i, t) in &tiers {
+            let n = &names[*i];
+            for (tier, range) in [("hot", t.hot_range), ("sealed", t.sealed_range)] {
+                if let Some((a, b)) = range {
+                    let v = if first { a } else { b };
+                    let _ = writeln!(o, "{name}{{stream=\"{n}\",tier=\"{tier}\"}} {v}");
+                }
+            }
+        }
+    }
+    type Value<'a> = &'a dyn Fn(usize, &Tiers) -> String;
+    let simple: [(&str, &str, &str, Value); 5] = [
+        (
+            "corecast_earliest_offset",
+            "gauge",
+            "The first offset any local tier holds (replay below it is refused as evicted).",
+            &|_, t| t.earliest.to_string(),
+        ),
+        (
+            "corecast_seal_lag_rows",
+            "gauge",
+            "Committed rows not sealed into Parquet yet.",
+            &|_, t| t.lag_rows.to_string(),
+        ),
+        (
+            "corecast_seal_lag_seconds",
+            "gauge",
+            "Age of the oldest row not sealed yet (0 when every row is sealed).",
+            &|_, t| t.lag_s.to_string(),
+        ),
+        (
+            "corecast_seals_total",
+            "counter",
+            "Parquet segments sealed since start.",
+            &|i, _| {
+                shared.registry.streams[i]
+                    .tiers
+                    .seals
+                    .load(Ordering::Relaxed)
+                    .to_string()
+            },
+        ),
+        (
+            "corecast_seal_failures_total",
+            "counter",
+            "Seal attempts that failed since start (each retried; the rows stay in the hot log).",
+            &|i, _| {
+                shared.registry.streams[i]
+                    .tiers
+                    .seal_failures
+                    .load(Ordering::Relaxed)
+                    .to_string()
+            },
+        ),
+    ];
+    for (name, kind, help, f) in simple {
+        family(o, name, kind, help);
+        for (i, t) in &tiers {
+            let _ = writeln!(o, "{name}{{stream=\"{}\"}} {}", names[*i], f(*i, t));
+        }
+    }
 }
 
 #[cfg(test)]

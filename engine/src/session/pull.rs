@@ -182,7 +182,7 @@ fn entry(st: &Stream, o: &mut String) {
     let durable = st.durable();
     let _ = write!(
         o,
-        "{{\"name\":{},\"schema\":{},\"durable\":{},\"exactly_once\":{},\"stream_id\":{},\"end_offset\":{},\"earliest_offset\":{},\"max_replay\":{},\"limits\":{{\"max_replay\":{},\"max_backlog\":{},\"max_in_flight\":{},\"max_inbound\":{},\"max_message_bytes\":{},\"window_rows\":{},\"wait_s\":{}}},\"subscribers\":{{\"websocket\":{},\"sse\":{},\"pull\":{}}},\"publishers\":{}}}",
+        "{{\"name\":{},\"schema\":{},\"durable\":{},\"exactly_once\":{},\"stream_id\":{},\"end_offset\":{},\"earliest_offset\":{},\"max_replay\":{},\"limits\":{{\"max_replay\":{},\"max_backlog\":{},\"max_in_flight\":{},\"max_inbound\":{},\"max_message_bytes\":{},\"window_rows\":{},\"wait_s\":{}}},\"subscribers\":{{\"websocket\":{},\"sse\":{},\"pull\":{}}},\"publishers\":{},\"tiers\":{}}}",
         jstr(&st.cfg.name),
         st.schema_published.as_deref().unwrap_or("null"),
         durable,
@@ -202,6 +202,7 @@ fn entry(st: &Stream, o: &mut String) {
         st.stats.sse_subscribers.load(Ordering::Relaxed).max(0),
         st.stats.pull_waiting.load(Ordering::Relaxed).max(0),
         st.stats.publishers.load(Ordering::Relaxed).max(0),
+        crate::tier::tiers_json(st),
     );
 }
 
@@ -336,28 +337,36 @@ async fn read_window(
             stream: st.index,
             from: w.next,
             to: end,
+            prune: filter.map(Filter::predicates).unwrap_or_default(),
             reply: tx,
         };
         if ctx.shared.replay.submit(job).is_err() {
             return Err(err(503, "unavailable", "the reader pool has stopped"));
         }
-        let batch = match rx.recv_async().await {
-            Ok(Ok(b)) => b,
+        let r = match rx.recv_async().await {
+            Ok(Ok(r)) => r,
             Ok(Err(e)) => return Err(err(500, "storage_error", &e)),
             Err(_) => return Err(err(503, "unavailable", "the reader pool has stopped")),
         };
-        if batch.is_empty() || batch.first > w.next {
-            let upto = if batch.is_empty() { end } else { batch.first };
-            if w.n() == 0 && w.missing.is_none() {
-                w.missing = Some((w.next, upto - 1));
+        if let Some((first, last)) = r.missing {
+            if w.n() > 0 || w.missing.is_some() {
+                // a hole after rows: this page ends before it; the next one reports it
+                break;
             }
-            w.next = upto;
-            if batch.is_empty() {
-                continue;
-            }
+            w.missing = Some((first, last));
+            w.next = last + 1;
         }
-        if !visit(&mut w, &batch) {
+        if r.batch.is_empty() {
+            w.next = w.next.max(r.resume);
+            continue;
+        }
+        w.next = w.next.max(r.batch.first);
+        if !visit(&mut w, &r.batch) {
             break;
+        }
+        if w.next == r.batch.end() {
+            // rows after the batch that the filter's statistics excluded
+            w.next = w.next.max(r.resume.min(to));
         }
     }
     Ok(w)

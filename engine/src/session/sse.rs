@@ -505,17 +505,30 @@ async fn run(
                     stream: st.index,
                     from: next,
                     to: base,
+                    prune: filter.map(Filter::predicates).unwrap_or_default(),
                     reply: tx,
                 };
                 if ctx.shared.replay.submit(job).is_err() {
                     return Some("shutdown");
                 }
                 match rx.recv_async().await {
-                    Ok(Ok(batch)) if batch.is_empty() => next = base,
-                    Ok(Ok(batch)) => {
+                    Ok(Ok(r)) => {
+                        if let Some((first, last)) = r.missing {
+                            // rows dropped by retention while this reader read: name them
+                            let mut gap = Vec::new();
+                            Skipped {
+                                first,
+                                last,
+                                max_replay: None,
+                            }
+                            .push_event(&mut gap);
+                            fv.push(bytes::Bytes::from(gap));
+                            next = next.max(last + 1);
+                        }
+                        let batch = &r.batch;
                         let mut from = next.max(batch.first);
                         while from < batch.end() {
-                            let (n, e) = gather(&batch, Rendering::Sse, from, filter, &mut fv);
+                            let (n, e) = gather(batch, Rendering::Sse, from, filter, &mut fv);
                             events += e;
                             from = n;
                             if from < batch.end() {
@@ -523,7 +536,7 @@ async fn run(
                                 events = 0;
                             }
                         }
-                        next = batch.end();
+                        next = r.resume.max(next);
                     }
                     _ => return None,
                 }

@@ -10,7 +10,8 @@ use crate::shard::Shared;
 /// Renders the document:
 /// `{"served_at":s,"driver":"io_uring"|"fallback","connections":n,"streams":[{"name","durable",
 /// "end_offset","subscribers","publishers","rows_in","frames_out","bytes_out","dropped_slow",
-/// "started_us","started_ts","uptime_s","last_send_us","last_send_ts","last_send_age_s"}]}`.
+/// "started_us","started_ts","uptime_s","last_send_us","last_send_ts","last_send_age_s","tiers"}]}`
+/// (`tiers`: [`crate::tier::tiers_json`]).
 pub fn render(shared: &Shared) -> String {
     let now = now_us();
     let secs = |us: i64| us as f64 / 1e6;
@@ -43,7 +44,7 @@ pub fn render(shared: &Shared) -> String {
         };
         let _ = write!(
             s,
-            "{{\"name\":{},\"durable\":{},\"end_offset\":{},\"subscribers\":{},\"publishers\":{},\"rows_in\":{},\"frames_out\":{},\"bytes_out\":{},\"dropped_slow\":{},\"started_us\":{},\"started_ts\":{},\"uptime_s\":{},\"last_send_us\":{},\"last_send_ts\":{},\"last_send_age_s\":{}}}",
+            "{{\"name\":{},\"durable\":{},\"end_offset\":{},\"subscribers\":{},\"publishers\":{},\"rows_in\":{},\"frames_out\":{},\"bytes_out\":{},\"dropped_slow\":{},\"started_us\":{},\"started_ts\":{},\"uptime_s\":{},\"last_send_us\":{},\"last_send_ts\":{},\"last_send_age_s\":{},\"tiers\":{}}}",
             sonic_rs::to_string(&st.cfg.name).unwrap_or_default(),
             st.durable(),
             end,
@@ -59,6 +60,7 @@ pub fn render(shared: &Shared) -> String {
             last_us,
             last_ts,
             last_age,
+            crate::tier::tiers_json(st),
         );
     }
     s.push_str("]}");

@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use corecast_net::protocol::close_reason::CloseReason;
+use corecast_net::protocol::close_reason::{CloseReason, NotReplayable};
 use corecast_net::rt::{self, FrameVec, WriteHalf};
 use corecast_net::ws::close::CloseCode;
 use corecast_net::ws::frame::{encode_close, encode_ping};
@@ -246,29 +246,42 @@ async fn serve(
                     stream: stream.index,
                     from: next,
                     to: base,
+                    prune: filter.map(Filter::predicates).unwrap_or_default(),
                     reply: tx,
                 };
                 if ctx.shared.replay.submit(job).is_err() {
                     return Some((1011, "stream unavailable".into()));
                 }
                 match rx.recv_async().await {
-                    Ok(Ok(batch)) => {
-                        if batch.is_empty() {
-                            next = base; // nothing held below the ring any more
-                        } else {
-                            let mut from = next.max(batch.first);
-                            while from < batch.end() {
-                                let (n, f) =
-                                    gather(&batch, Rendering::WebSocket, from, filter, &mut fv);
-                                frames += f;
-                                from = n;
-                                if from < batch.end() {
-                                    write(stream, wr, &mut fv, frames).await?;
-                                    frames = 0;
-                                }
+                    Ok(Ok(r)) => {
+                        if let Some((_, last)) = r.missing {
+                            // rows this subscriber was owed are gone (retention dropped them
+                            // while it read): what was sent is a contiguous prefix; say where
+                            // history now starts
+                            if !fv.is_empty() {
+                                write(stream, wr, &mut fv, frames).await?;
                             }
-                            next = batch.end();
+                            return Some((
+                                4416,
+                                CloseReason::NotReplayable(NotReplayable::Evicted {
+                                    offset: next,
+                                    earliest: last + 1,
+                                })
+                                .encode(),
+                            ));
                         }
+                        let batch = &r.batch;
+                        let mut from = next.max(batch.first);
+                        while from < batch.end() {
+                            let (n, f) = gather(batch, Rendering::WebSocket, from, filter, &mut fv);
+                            frames += f;
+                            from = n;
+                            if from < batch.end() {
+                                write(stream, wr, &mut fv, frames).await?;
+                                frames = 0;
+                            }
+                        }
+                        next = r.resume.max(next);
                     }
                     _ => return Some((1011, "stream unavailable".into())),
                 }

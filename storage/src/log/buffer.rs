@@ -175,6 +175,34 @@ pub struct Evicted {
     pub floor: u64,
 }
 
+/// Segments [`Buffer::detach_below`] took out of the hot log, whose files are still to delete.
+#[derive(Debug)]
+#[must_use = "the files stay on disk until delete() (or the next open) removes them"]
+pub struct Detached {
+    /// What was evicted.
+    pub evicted: Evicted,
+    files: Vec<PathBuf>,
+    log_dir: PathBuf,
+}
+
+impl Detached {
+    /// Deletes the files and syncs the log directory.
+    pub fn delete(self) -> Result<(), StorageError> {
+        if self.files.is_empty() {
+            return Ok(());
+        }
+        for path in &self.files {
+            match std::fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StorageError::io(path, "deleting an evicted segment")(e)),
+            }
+        }
+        segment::sync_dir(&self.log_dir)
+            .map_err(StorageError::io(&self.log_dir, "syncing the log directory"))
+    }
+}
+
 /// An I/O failure the next write or sync pretends to meet, for tests of the failure paths
 /// (a full disk, an `fdatasync` that reports EIO). Not part of the supported API.
 #[doc(hidden)]
@@ -839,6 +867,18 @@ impl Buffer {
     /// open deletes. Never removes a row at or above `offset`; the newest segment goes only when
     /// every row is below `offset`, and offsets go on from the end offset all the same.
     pub fn evict_below(&mut self, offset: u64) -> Result<Evicted, StorageError> {
+        let detached = self.detach_below(offset)?;
+        let evicted = detached.evicted;
+        detached.delete()?;
+        Ok(evicted)
+    }
+
+    /// [`evict_below`](Self::evict_below) without the file-system work: stores the marks
+    /// snapshot and the new floor, takes the segments out of the view (readers no longer start
+    /// in them), and hands back the files, to be deleted by [`Detached::delete`] on another
+    /// thread so that the writer does not wait for `unlink` and a directory `fsync`. Files not
+    /// deleted (a crash) are below the stored floor and are removed at the next open.
+    pub fn detach_below(&mut self, offset: u64) -> Result<Detached, StorageError> {
         let (victims, floor) = {
             let view = self.shared.view.read().expect("view lock");
             let victims = view
@@ -853,10 +893,14 @@ impl Buffer {
             (victims, floor)
         };
         if victims == 0 {
-            return Ok(Evicted {
-                segments: 0,
-                rows: 0,
-                floor: self.earliest().unwrap_or(self.end_offset),
+            return Ok(Detached {
+                evicted: Evicted {
+                    segments: 0,
+                    rows: 0,
+                    floor: self.earliest().unwrap_or(self.end_offset),
+                },
+                files: Vec::new(),
+                log_dir: self.log_dir.clone(),
             });
         }
         self.meta
@@ -875,18 +919,14 @@ impl Buffer {
             self.active = None;
         }
         let rows = removed.iter().map(|s| s.end_offset - s.first_offset).sum();
-        for segment in &removed {
-            std::fs::remove_file(&segment.path).map_err(StorageError::io(
-                &segment.path,
-                "deleting an evicted segment",
-            ))?;
-        }
-        segment::sync_dir(&self.log_dir)
-            .map_err(StorageError::io(&self.log_dir, "syncing the log directory"))?;
-        Ok(Evicted {
-            segments: removed.len(),
-            rows,
-            floor,
+        Ok(Detached {
+            evicted: Evicted {
+                segments: removed.len(),
+                rows,
+                floor,
+            },
+            files: removed.iter().map(|s| s.path.to_path_buf()).collect(),
+            log_dir: self.log_dir.clone(),
         })
     }
 

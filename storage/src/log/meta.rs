@@ -113,6 +113,11 @@ impl MetaDb {
         &self.path
     }
 
+    /// The connection (the sealed tier's index shares the database).
+    pub(crate) fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
     /// Creates the tables and, if no `stream_id` is stored yet, a stream's meta in one
     /// transaction (a crash half-way leaves no half-made stream). `existing` carries the meta
     /// and marks of a stream converted from an older layout; `None` mints a new stream.

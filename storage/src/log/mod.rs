@@ -43,12 +43,12 @@ mod upgrade;
 mod view;
 
 pub use buffer::{
-    AppendBatch, BatchOutcome, Buffer, Evicted, Fault, LogOptions, OpenReport, PublisherSeq,
-    DB_FILE_NAME, LOCK_FILE_NAME, LOG_DIR_NAME,
+    AppendBatch, BatchOutcome, Buffer, Detached, Evicted, Fault, LogOptions, OpenReport,
+    PublisherSeq, DB_FILE_NAME, LOCK_FILE_NAME, LOG_DIR_NAME,
 };
 pub use error::{CommitFailed, StorageError};
 pub use marks::{Mark, DEDUPE_WINDOW_RANGES};
 pub use meta::{FORMAT_VERSION, META_FILE_NAME};
-pub use reader::{BufferReader, StoredRow};
+pub use reader::{BufferReader, HotExtent, StoredRow};
 pub use segment::DEFAULT_SEGMENT_BYTES;
 pub use upgrade::LEGACY_DB_FILE_NAME;

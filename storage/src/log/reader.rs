@@ -22,7 +22,7 @@ use super::error::StorageError;
 use super::marks::Mark;
 use super::meta::MetaDb;
 use super::recovery::{self, Mode};
-use super::segment::Chunked;
+use super::segment::{Chunked, SEGMENT_HEADER_LEN};
 use super::view::{self, Shared, View};
 
 /// One committed row as stored.
@@ -34,6 +34,21 @@ pub struct StoredRow {
     pub ts_us: i64,
     /// The encoded row, byte for byte as appended.
     pub payload: Vec<u8>,
+}
+
+/// The size of a hot log, as [`BufferReader::extent`] reads it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HotExtent {
+    /// Segment files.
+    pub segments: usize,
+    /// Durable record bytes in them (headers and rows; not the preallocated rest).
+    pub bytes: u64,
+    /// Record bytes from the asked offset on.
+    pub bytes_from: u64,
+    /// The first offset held (`end` when none).
+    pub floor: u64,
+    /// The next offset to be assigned.
+    pub end: u64,
 }
 
 /// A reader of a stream's hot log.
@@ -97,6 +112,31 @@ impl BufferReader {
     /// The earliest offset still held in the hot log (`None` when it holds no row).
     pub fn earliest(&self) -> Result<Option<u64>, StorageError> {
         Ok(self.shared.view.read().expect("view lock").earliest())
+    }
+
+    /// What the hot log holds now: its segment files, their durable record bytes, and the
+    /// bytes of the records from the one holding `from` on (to within one sparse-index step,
+    /// 64 KiB): how much a sealer starting at `from` has to cut.
+    pub fn extent(&self, from: u64) -> HotExtent {
+        let view = self.shared.view.read().expect("view lock");
+        let mut extent = HotExtent {
+            segments: view.segments.len(),
+            floor: view.floor,
+            end: view.end,
+            ..HotExtent::default()
+        };
+        for segment in &view.segments {
+            let bytes = segment.end_pos.saturating_sub(SEGMENT_HEADER_LEN);
+            extent.bytes += bytes;
+            if segment.end_offset > from {
+                extent.bytes_from += if segment.first_offset >= from {
+                    bytes
+                } else {
+                    segment.end_pos.saturating_sub(segment.start_for(from))
+                };
+            }
+        }
+        extent
     }
 
     /// Up to `limit` committed rows with `from <= offset < to_exclusive`, in offset order.

@@ -36,7 +36,7 @@ pub(crate) struct SegmentView {
 
 impl SegmentView {
     /// The position of the last indexed record starting at or before `offset`.
-    fn start_for(&self, offset: u64) -> u64 {
+    pub(crate) fn start_for(&self, offset: u64) -> u64 {
         let index = self.sparse.partition_point(|&(first, _)| first <= offset);
         match index {
             0 => SEGMENT_HEADER_LEN,

@@ -1,4 +1,4 @@
-//! The sealed Parquet tier (issue 11): the segment codec, with no engine wiring yet.
+//! The sealed Parquet tier: the segment codec, the segment index and the sealing step.
 //!
 //! - **Seal** ([`SegmentWriter`], [`write_segment`], `parquet_write.rs`): in, a stream's
 //!   [`RowCodec`](crate::schema::RowCodec) and its committed rows `(offset, ts_us, canonical
@@ -50,16 +50,22 @@
 //! both as `null`, `-0.0` already parsed as `0.0` by sonic-rs). So the typed Parquet value gives
 //! the bytes back; the tests check it on the shared data sets and on edge values.
 
+mod index;
 mod parquet_read;
 mod parquet_write;
 mod row_decode;
 mod row_encode;
+mod seal;
 mod segment_schema;
 
-pub use parquet_read::{ReadOptions, ReadStats, RowChunk, SegmentReader};
+pub use index::{segment_file_name, SegmentEntry, SegmentIndex, SEGMENTS_DIR_NAME, TMP_SUFFIX};
+pub use parquet_read::{
+    ColumnPredicate, PredicateValue, ReadOptions, ReadStats, RowChunk, SegmentReader,
+};
 pub use parquet_write::{
     write_segment, ColumnStats, SealOptions, SegmentStats, SegmentWriter, StatValue,
 };
+pub use seal::{drop_expired, seal_next, SealCut};
 pub use segment_schema::{segment_schema, SCHEMALESS_ROW};
 
 /// Why a segment could not be written or read.
@@ -96,4 +102,42 @@ pub enum TierError {
     /// A file that is not a segment of this stream's schema.
     #[error("not a segment of this schema: {0}")]
     SchemaMismatch(String),
+    /// The index or the hot log refused (opening, recording, reading rows to seal).
+    #[error(transparent)]
+    Storage(#[from] crate::log::StorageError),
+    /// Writing, syncing or renaming a segment file failed (ENOSPC among others): nothing was
+    /// recorded, the rows stay in the hot log, and the seal is tried again later.
+    #[error("sealing {}: {op}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// The hot log does not hold the next row to seal: rows between the sealed tier and the
+    /// hot log are in neither (a file removed by hand); nothing is sealed past the hole.
+    #[error("the next row to seal is offset {expected}, but the hot log's first row there is {found}: offsets {expected}..{found} are in no tier")]
+    Hole {
+        /// `sealed_end`.
+        expected: u64,
+        /// The first row the hot log holds at or above it.
+        found: u64,
+    },
+}
+
+impl TierError {
+    /// Whether the error is a full disk (or quota): the seal waits for space.
+    pub fn is_disk_full(&self) -> bool {
+        let io = match self {
+            TierError::Io { source, .. } => Some(source),
+            TierError::Parquet(parquet::errors::ParquetError::External(e)) => {
+                e.downcast_ref::<std::io::Error>()
+            }
+            _ => None,
+        };
+        io.and_then(std::io::Error::raw_os_error)
+            .is_some_and(|errno| errno == 28 || errno == 122)
+    }
 }

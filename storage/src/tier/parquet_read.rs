@@ -25,22 +25,55 @@ use parquet::file::page_index::column_index::ColumnIndexMetaData;
 use parquet::file::reader::ChunkReader;
 use parquet::file::statistics::Statistics;
 
+use super::parquet_write::{leaf_count, stat_values, StatValue};
 use super::row_encode::{write_struct, ColumnView};
 use super::segment_schema::segment_schema;
 use super::TierError;
-use crate::schema::RowCodec;
+use crate::schema::{ColumnType, RowCodec};
 
 /// How a segment is read.
 #[derive(Debug, Clone)]
 pub struct ReadOptions {
     /// The most rows in one [`RowChunk`] (and in one decoded Arrow batch).
     pub chunk_rows: usize,
+    /// Row groups whose column statistics show that no row can satisfy every one of these
+    /// (a `where=` filter: terms ANDed) are not read. Rows of the groups read are returned
+    /// unfiltered: the caller filters them row by row.
+    pub prune: Vec<ColumnPredicate>,
 }
 
 impl Default for ReadOptions {
     fn default() -> ReadOptions {
-        ReadOptions { chunk_rows: 8_192 }
+        ReadOptions {
+            chunk_rows: 8_192,
+            prune: Vec::new(),
+        }
     }
+}
+
+/// One term of a filter: the top-level column `column` equals one of `any_of`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColumnPredicate {
+    /// A top-level declared column.
+    pub column: String,
+    /// The values it may equal.
+    pub any_of: Vec<PredicateValue>,
+}
+
+/// A value a filter term compares with, as `where=` parses it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PredicateValue {
+    /// `null`: matches an absent or null value.
+    Null,
+    /// `true` / `false`.
+    Bool(bool),
+    /// An integer literal (matches an integer column's equal value, or a float column's value
+    /// equal to it as a double).
+    Int(i128),
+    /// A number with a fraction or exponent (matches equal doubles).
+    Num(f64),
+    /// A string (matches a string column's equal value).
+    Str(String),
 }
 
 /// What a read touched.
@@ -48,8 +81,11 @@ impl Default for ReadOptions {
 pub struct ReadStats {
     /// Row groups in the file.
     pub row_groups_total: usize,
-    /// Row groups whose statistics overlap the range (the only ones read).
+    /// Row groups whose statistics overlap the range and may hold rows the filter matches (the
+    /// only ones read).
     pub row_groups_read: usize,
+    /// Row groups inside the range skipped because their column statistics exclude the filter.
+    pub row_groups_pruned: usize,
     /// `litelink_offset` pages in the row groups read.
     pub pages_total: usize,
     /// Of those, pages whose column-index min/max overlap the range (the rest are skipped).
@@ -135,7 +171,8 @@ impl SegmentReader {
             )));
         }
         let metadata = builder.metadata().clone();
-        let (row_groups, selection, stats) = plan(&metadata, &range);
+        let excluded = excluded_row_groups(codec, &metadata, &options.prune);
+        let (row_groups, selection, stats) = plan(&metadata, &range, &excluded);
         let batches = builder
             .with_batch_size(options.chunk_rows.max(1))
             .with_row_groups(row_groups)
@@ -233,7 +270,11 @@ impl SegmentReader {
 
 /// Chooses the row groups and, inside them, the rows (whole pages of `litelink_offset`) whose
 /// statistics overlap `range`.
-fn plan(metadata: &ParquetMetaData, range: &Range<u64>) -> (Vec<usize>, RowSelection, ReadStats) {
+fn plan(
+    metadata: &ParquetMetaData,
+    range: &Range<u64>,
+    excluded: &[bool],
+) -> (Vec<usize>, RowSelection, ReadStats) {
     let mut stats = ReadStats {
         row_groups_total: metadata.num_row_groups(),
         ..ReadStats::default()
@@ -251,6 +292,10 @@ fn plan(metadata: &ParquetMetaData, range: &Range<u64>) -> (Vec<usize>, RowSelec
             _ => true,
         };
         if !keep || range.start >= range.end {
+            continue;
+        }
+        if excluded.get(rg).copied().unwrap_or(false) {
+            stats.row_groups_pruned += 1;
             continue;
         }
         row_groups.push(rg);
@@ -287,4 +332,123 @@ fn plan(metadata: &ParquetMetaData, range: &Range<u64>) -> (Vec<usize>, RowSelec
         }
     }
     (row_groups, RowSelection::from(selectors), stats)
+}
+
+/// For each row group, whether its statistics prove that no row satisfies every predicate.
+fn excluded_row_groups(
+    codec: &RowCodec,
+    metadata: &ParquetMetaData,
+    prune: &[ColumnPredicate],
+) -> Vec<bool> {
+    let groups = metadata.num_row_groups();
+    let RowCodec::Schema(schema) = codec else {
+        return vec![false; groups];
+    };
+    if prune.is_empty() {
+        return vec![false; groups];
+    }
+    // (leaf index, column type) of each top-level column; leaf 0 is litelink_offset
+    let mut leaves = Vec::new();
+    let mut leaf = 1;
+    for column in schema.columns() {
+        leaves.push((column.name(), leaf, column.ty()));
+        leaf += leaf_count(column.ty());
+    }
+    let terms: Vec<(usize, &ColumnType, &ColumnPredicate)> = prune
+        .iter()
+        .filter_map(|p| {
+            leaves
+                .iter()
+                .find(|(name, _, _)| *name == p.column)
+                .map(|&(_, leaf, ty)| (leaf, ty, p))
+        })
+        .collect();
+    metadata
+        .row_groups()
+        .iter()
+        .map(|rg| {
+            terms.iter().any(|&(leaf, ty, p)| {
+                let Some(s) = rg.column(leaf).statistics() else {
+                    return false;
+                };
+                !p.any_of.iter().any(|v| may_hold(ty, s, v))
+            })
+        })
+        .collect()
+}
+
+/// Whether a row group with statistics `s` on a column of type `ty` may hold a value equal to
+/// `v` as `where=` compares (false only when the statistics prove it cannot).
+fn may_hold(ty: &ColumnType, s: &Statistics, v: &PredicateValue) -> bool {
+    if let PredicateValue::Null = v {
+        return s.null_count_opt().is_none_or(|n| n > 0);
+    }
+    let (min, max) = stat_values(s, matches!(ty, ColumnType::Utf8));
+    let (Some(min), Some(max)) = (min, max) else {
+        // no min/max (no statistics, inexact ones, or only nulls): cannot tell
+        return true;
+    };
+    match (ty, v, min, max) {
+        (
+            ColumnType::Boolean,
+            PredicateValue::Bool(b),
+            StatValue::Boolean(lo),
+            StatValue::Boolean(hi),
+        ) => lo <= *b && *b <= hi,
+        (ColumnType::Boolean, _, _, _) => false,
+        (
+            ColumnType::Int32 | ColumnType::Int64,
+            PredicateValue::Int(i),
+            StatValue::Int(lo),
+            StatValue::Int(hi),
+        ) => i128::from(lo) <= *i && *i <= i128::from(hi),
+        // an integer column compared with a double: the filter converts the integer to f64;
+        // rounding makes exact bounds unreliable, so this never prunes
+        (ColumnType::Int32 | ColumnType::Int64, PredicateValue::Num(_), _, _) => true,
+        (ColumnType::Int32 | ColumnType::Int64, _, _, _) => false,
+        (
+            ColumnType::Float64,
+            PredicateValue::Int(_) | PredicateValue::Num(_),
+            StatValue::Float(lo),
+            StatValue::Float(hi),
+        ) => {
+            let x = as_f64(v);
+            lo <= x && x <= hi
+        }
+        (
+            ColumnType::Float32,
+            PredicateValue::Int(_) | PredicateValue::Num(_),
+            StatValue::Float(lo),
+            StatValue::Float(hi),
+        ) => {
+            // rows hold float32 values written in their shortest form and read back as doubles:
+            // compare in float32, one step of slack each way
+            let x = as_f64(v) as f32;
+            x.next_up() >= lo as f32 && x.next_down() <= hi as f32
+        }
+        (
+            ColumnType::Float32 | ColumnType::Float64,
+            PredicateValue::Bool(_) | PredicateValue::Str(_),
+            _,
+            _,
+        ) => false,
+        (ColumnType::Utf8, PredicateValue::Str(x), StatValue::Text(lo), StatValue::Text(hi)) => {
+            lo.as_str() <= x.as_str() && x.as_str() <= hi.as_str()
+        }
+        (
+            ColumnType::Utf8,
+            PredicateValue::Bool(_) | PredicateValue::Int(_) | PredicateValue::Num(_),
+            _,
+            _,
+        ) => false,
+        _ => true,
+    }
+}
+
+fn as_f64(v: &PredicateValue) -> f64 {
+    match v {
+        PredicateValue::Int(i) => *i as f64,
+        PredicateValue::Num(x) => *x,
+        _ => f64::NAN,
+    }
 }

@@ -348,7 +348,7 @@ fn fold(acc: &mut Option<StatValue>, v: Option<StatValue>, keep: std::cmp::Order
 }
 
 /// `text`: the column is utf8 (not binary).
-fn stat_values(s: &Statistics, text: bool) -> (Option<StatValue>, Option<StatValue>) {
+pub(super) fn stat_values(s: &Statistics, text: bool) -> (Option<StatValue>, Option<StatValue>) {
     let exact = s.min_is_exact() && s.max_is_exact();
     match s {
         Statistics::Boolean(v) => (
@@ -390,7 +390,7 @@ fn stat_values(s: &Statistics, text: bool) -> (Option<StatValue>, Option<StatVal
 }
 
 /// Parquet leaf columns under a column of type `ty`.
-fn leaf_count(ty: &ColumnType) -> usize {
+pub(super) fn leaf_count(ty: &ColumnType) -> usize {
     match ty {
         ColumnType::Struct(fields) => fields.columns().iter().map(|c| leaf_count(c.ty())).sum(),
         ColumnType::List(item) => leaf_count(item),
