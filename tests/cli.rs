@@ -624,3 +624,69 @@ fn pub_cut_off_by_a_dead_server_names_the_unanswered_lines() {
         "every acknowledged row is held: end {end}, acked {acked}"
     );
 }
+
+/// Runs `corecast serve` under `ulimit ULIMIT` (a shell's) until it listens; its stderr so far.
+fn serve_under_ulimit(ulimit: &str) -> String {
+    let setup = Setup::new();
+    let script =
+        format!("ulimit {ulimit} && exec \"$0\" serve --listen 127.0.0.1:0 --data \"$1\"",);
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg(corecast_bin())
+        .arg(setup.data())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sh");
+    let mut seen = String::new();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    for line in lines.by_ref() {
+        let line = line.expect("stderr line");
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains("listening on") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    seen
+}
+
+#[test]
+fn a_descriptor_limit_below_the_caps_is_raised_or_warned_about_at_start() {
+    // a hard limit below the SSE cap (10,000 by default): one warning line with the figures
+    let low = serve_under_ulimit("-n 2048");
+    let warning = low
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("RLIMIT_NOFILE"))
+        .unwrap_or_else(|| panic!("no warning in: {low}"));
+    assert!(
+        warning.contains("RLIMIT_NOFILE is 2048")
+            && warning.contains("max_streams = 10000")
+            && warning.contains("LimitNOFILE"),
+        "{warning}"
+    );
+    assert!(low.contains("listening on"), "it still starts: {low}");
+    // a soft limit below a high enough hard limit: raised, no warning
+    let hard: u64 = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "ulimit -Hn"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap_or(0);
+    if hard >= 12_000 {
+        let raised = serve_under_ulimit("-Sn 1024");
+        assert!(
+            raised.contains("raised RLIMIT_NOFILE from 1024"),
+            "{raised}"
+        );
+        assert!(!raised.contains("WARN"), "{raised}");
+    }
+}

@@ -21,6 +21,7 @@ pub mod config;
 pub mod cursor;
 pub mod fanout;
 pub mod filter;
+pub mod limits;
 pub mod registry;
 pub mod replay;
 pub mod server;

@@ -159,6 +159,16 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
     crate::cursor::install(key);
     crate::session::sse::install(&cfg.http_api);
     crate::session::deliver::install_write_timeout(cfg.write_timeout);
+    let fds = crate::limits::check_descriptors(&cfg);
+    if let Some(from) = fds.raised_from {
+        tracing::info!(
+            "raised RLIMIT_NOFILE from {from} to {}",
+            fds.limit.map_or("unlimited".into(), |l| l.to_string())
+        );
+    }
+    if let Some(warning) = &fds.warning {
+        tracing::warn!("{warning}");
+    }
     // SO_REUSEPORT would let a second server share the port silently: probe without it first.
     // A port whose previous owner just exited can stay busy for a moment while its last
     // connections close: retry for up to 2 s before calling it in use.
