@@ -23,7 +23,7 @@ use corecast_net::ws::handshake::{is_upgrade_request, response_101, validate_upg
 use super::publisher::ExactlyOnce;
 use super::route::{bad_request, route, Intent, Refusal};
 use super::subscriber::Start;
-use super::ws_io::WsReader;
+use super::ws_io::{WsReader, READ_ROOM, SUBSCRIBER_READ_ROOM};
 use super::{echo, metrics, publisher, pull, sse, stats, subscriber};
 use crate::fanout::signal::Signal;
 use crate::filter::{ColumnLookup, Filter};
@@ -77,7 +77,10 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             }
         }
     };
-    let mut leftover = buf.split_off(used);
+    // the bytes past the head, in an allocation of their own: the 4 KiB head buffer must not
+    // stay with a session that may last days
+    let mut leftover = buf[used..].to_vec();
+    drop(buf);
     let name = req.path.strip_prefix('/').unwrap_or(&req.path).to_string();
     if !is_upgrade_request(&req) {
         if let Some(stream) = sse::wants(ctx, &req, &name) {
@@ -116,7 +119,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
     if name == "_echo" && ctx.shared.echo {
         let (res, _) = wr.write_all(out).await;
         if res.is_ok() {
-            echo::run(WsReader::new(rd, leftover, 16 << 20), wr).await;
+            echo::run(WsReader::new(rd, leftover, 16 << 20, READ_ROOM), wr).await;
         }
         return;
     }
@@ -175,7 +178,14 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
                 return;
             }
             let max = st.cfg.max_message_bytes.max(TRANSPORT_MAX_BYTES);
-            publisher::run(ctx.clone(), st, WsReader::new(rd, leftover, max), wr, eo).await;
+            publisher::run(
+                ctx.clone(),
+                st,
+                WsReader::new(rd, leftover, max, READ_ROOM),
+                wr,
+                eo,
+            )
+            .await;
         }
         Intent::Subscribe {
             stream,
@@ -229,7 +239,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
                 return;
             }
             ctx.register(&signal);
-            let ws = WsReader::new(rd, leftover, TRANSPORT_MAX_BYTES);
+            let ws = WsReader::new(rd, leftover, TRANSPORT_MAX_BYTES, SUBSCRIBER_READ_ROOM);
             subscriber::run(ctx.clone(), st, ws, wr, start, filter, signal).await;
         }
     }

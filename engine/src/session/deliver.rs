@@ -147,7 +147,10 @@ pub async fn write(
 ) -> Option<()> {
     let bytes = fv.len() as u64;
     let write = wr.write_frames(std::mem::take(fv));
-    let Some((res, back)) = rt::timeout(write_timeout(), write).await else {
+    // boxed: the timed write is the largest state of a session's future (~1.5 KiB), and an
+    // idle subscriber would carry it for as long as it waits; one allocation per write is
+    // nothing next to the writev
+    let Some((res, back)) = Box::pin(rt::timeout(write_timeout(), write)).await else {
         stream.stats.dropped_slow.fetch_add(1, Ordering::Relaxed);
         return None;
     };

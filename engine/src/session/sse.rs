@@ -586,6 +586,7 @@ async fn run(
             continue;
         }
         let wait = ping_at.min(deadline).saturating_duration_since(now);
+        fv.trim();
         let _ = rt::timeout(wait, signal.wait()).await;
     }
 }

@@ -89,7 +89,11 @@ pub async fn run(
         let mut f = Vec::with_capacity(reason.len() + 8 + 127);
         state.pong.take_into(&mut f);
         encode_close(Some(CloseCode(code)), &reason, None, &mut f);
-        let _ = rt::timeout(std::time::Duration::from_secs(5), wr.write_all(f)).await;
+        let _ = Box::pin(rt::timeout(
+            std::time::Duration::from_secs(5),
+            wr.write_all(f),
+        ))
+        .await;
         let _ = wr.shutdown().await;
     }
     state.ended.raise();
@@ -132,7 +136,8 @@ async fn read_loop(mut ws: WsReader, state: Rc<SubState>, signal: Weak<Signal>) 
     // the session is over and our close (if any) is out: give the peer LINGER to answer it
     // and close its side, then drop the socket whatever it does (a peer that never stops
     // sending, or never sends, must not keep it)
-    let _ = rt::timeout(LINGER, ws.drain_until_eof()).await;
+    // boxed: only a closing session needs the timed drain's state
+    let _ = Box::pin(rt::timeout(LINGER, ws.drain_until_eof())).await;
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -316,6 +321,7 @@ async fn serve(
         {
             return Some((1001, "server shutting down".into()));
         }
+        fv.trim();
         match keepalive_tick.as_mut() {
             Some(tick) => {
                 if rt::until(signal.wait(), tick.as_mut()).await.is_none() {

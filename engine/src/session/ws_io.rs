@@ -16,8 +16,15 @@ use corecast_net::rt::ReadHalf;
 use corecast_net::ws::frame::{FrameLimits, Role};
 use corecast_net::ws::receiver::{Received, Receiver};
 
-/// Bytes asked of the socket per read at least.
-const READ_ROOM: usize = 16 * 1024;
+/// Bytes asked of the socket per read at least, on a connection that sends data (publishers,
+/// the echo endpoint).
+pub const READ_ROOM: usize = 16 * 1024;
+
+/// The same for a subscriber, whose peer sends only control frames (≤ 131 bytes each) and its
+/// close: a read waiting on an idle subscriber holds this buffer for as long as it waits, so
+/// with tens of thousands of them it is most of their memory. A larger message still arrives
+/// whole: the buffer grows by this much per read until it fits.
+pub const SUBSCRIBER_READ_ROOM: usize = 512;
 
 /// How long a closing connection waits for the peer to close its side after our close frame
 /// (RFC 6455 §7.1.1: the server closes the TCP connection after the close handshake), reading
@@ -44,12 +51,14 @@ pub enum WsIn {
 pub struct WsReader {
     rd: ReadHalf,
     rx: Receiver,
+    room: usize,
 }
 
 impl WsReader {
-    /// Reads from `rd`, starting with `leftover` (bytes read past the HTTP head). Messages over
-    /// `max_message_bytes` end the connection with 1009.
-    pub fn new(rd: ReadHalf, leftover: Vec<u8>, max_message_bytes: usize) -> WsReader {
+    /// Reads from `rd`, starting with `leftover` (bytes read past the HTTP head), asking the
+    /// socket for at least `room` bytes per read ([`READ_ROOM`], [`SUBSCRIBER_READ_ROOM`]).
+    /// Messages over `max_message_bytes` end the connection with 1009.
+    pub fn new(rd: ReadHalf, leftover: Vec<u8>, max_message_bytes: usize, room: usize) -> WsReader {
         let limits = FrameLimits {
             role: Role::Server,
             max_message_bytes: max_message_bytes as u64,
@@ -57,6 +66,7 @@ impl WsReader {
         WsReader {
             rd,
             rx: Receiver::new(limits, leftover),
+            room: room.max(1),
         }
     }
 
@@ -68,7 +78,7 @@ impl WsReader {
         loop {
             self.rx.discard();
             let buf = self.rx.take_buffer();
-            let (res, buf) = self.rd.read_into(buf, READ_ROOM).await;
+            let (res, buf) = self.rd.read_into(buf, self.room).await;
             self.rx.put_buffer(buf);
             match res {
                 Ok(0) | Err(_) => return,
@@ -95,7 +105,7 @@ impl WsReader {
                 Ok(None) => {}
             }
             let buf = self.rx.take_buffer();
-            let (res, buf) = self.rd.read_into(buf, READ_ROOM).await;
+            let (res, buf) = self.rd.read_into(buf, self.room).await;
             self.rx.put_buffer(buf);
             match res {
                 Ok(0) | Err(_) => return WsIn::Gone,

@@ -60,6 +60,19 @@ impl FrameVec {
         self.total = 0;
     }
 
+    /// When empty, gives back the memory of arrays grown past [`Self::KEPT`] slices (a
+    /// catch-up write of 1,024 slices leaves ~48 KiB of capacity that an idle subscriber would
+    /// otherwise keep for good).
+    pub fn trim(&mut self) {
+        if self.total == 0 && self.parts.capacity() > Self::KEPT {
+            self.parts = Vec::new();
+            self.iov = Vec::new();
+        }
+    }
+
+    /// Slices whose arrays [`trim`](Self::trim) keeps.
+    pub const KEPT: usize = 64;
+
     /// Marks the first `n` bytes written: fully written slices are released, a partly written
     /// one is trimmed.
     pub(crate) fn advance(&mut self, mut n: usize) {
