@@ -326,7 +326,14 @@ impl Config {
             let msg = e.message().to_string();
             let key = e
                 .span()
-                .map(|s| format!("at byte {}", s.start))
+                .map(|s| {
+                    // line and column (1-based), then the line itself, as an editor shows it
+                    let before = &text[..s.start.min(text.len())];
+                    let line = before.matches('\n').count() + 1;
+                    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                    let shown = text.lines().nth(line - 1).unwrap_or("").trim();
+                    format!("line {line}, column {column} (`{shown}`)")
+                })
                 .unwrap_or_else(|| "(document)".into());
             err(&key, msg)
         })?;
@@ -694,12 +701,69 @@ mod tests {
                 "[[stream]]\nname = \"t\"\ndurable = false\nsegment_bytes = 65536\n",
                 "stream[0].segment_bytes",
             ),
+            (
+                "[[stream]]\nname = \"t\"\nseal_target_bytes = 100\n",
+                "stream[0].seal_target_bytes",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\ndurable = false\nseal_target_bytes = 65536\n",
+                "stream[0].seal_target_bytes",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\nseal_every_s = 0\n",
+                "stream[0].seal_every_s",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\nseal_every_s = \"1m\"\n",
+                "stream[0].seal_every_s",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\nretention = \"7\"\n",
+                "stream[0].retention",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\nretention = \"0d\"\n",
+                "stream[0].retention",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\nretention = \"99999999d\"\n",
+                "stream[0].retention",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\ndurable = false\nretention = \"7d\"\n",
+                "stream[0].retention",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\nmax_backlog = \"x\"\n",
+                "line 3, column 15 (`max_backlog = \"x\"`)",
+            ),
         ];
         for (text, key) in cases {
             let p = write(d.path(), "c.toml", text);
             let e = Config::load(&p).unwrap_err();
             assert_eq!(e.key, key, "{text}: {e}");
             assert!(e.to_string().contains("c.toml"), "{e}");
+        }
+        let p = write(
+            d.path(),
+            "c.toml",
+            "[[stream]]\nname = \"t\"\nseal_target_bytes = 8388608\nseal_every_s = 0.5\nretention = \"12h\"\n",
+        );
+        let c = Config::load(&p).unwrap();
+        assert_eq!(c.streams[0].seal_target_bytes, 8 << 20);
+        assert_eq!(c.streams[0].seal_every, Duration::from_millis(500));
+        assert_eq!(c.streams[0].retention, Some(Duration::from_secs(12 * 3600)));
+        for (text, secs) in [
+            ("30m", 1800),
+            ("90s", 90),
+            ("7d", 7 * 86_400),
+            (" 2h ", 7200),
+        ] {
+            assert_eq!(
+                parse_retention(text),
+                Ok(Duration::from_secs(secs)),
+                "{text}"
+            );
         }
         let p = write(d.path(), "c.toml", "[[stream]]\nname = \"t\"\nbogus = 1\n");
         let e = Config::load(&p).unwrap_err();
