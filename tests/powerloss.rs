@@ -9,7 +9,9 @@
 //! Each round, on the same data (the log accumulates over the rounds):
 //!
 //! 1. mount dropfs over `BACKING` on `MOUNT`;
-//! 2. start `corecast serve --data MOUNT/data` with one durable, exactly-once trade stream;
+//! 2. start `corecast serve --data MOUNT/data` with one durable, exactly-once trade stream whose
+//!    sealed tier works all the time (seal every 0.2 s or 16 KiB, 256 KiB hot segments evicted
+//!    once sealed), so cuts land during seals, index updates and evictions too;
 //! 3. publish, pipelined, for a random 0.3–1.5 s: plain publishers send batches with many frames
 //!    in flight, exactly-once publishers (`?publisher=E1`, `E2`) send `[seq,[rows]]` frames and
 //!    first resend whatever the previous round left unacknowledged (as a real client does), so
@@ -33,9 +35,11 @@
 //! The test looks at no file of the data directory, so it holds unchanged for any storage layout
 //! (the SQLite buffer, a segment log). Rows sent but never acknowledged may be gone or present.
 //! It prints a line per round and its totals (rounds, rows acknowledged, rows held, missing,
-//! files dropfs rolled back). A round takes 1–5 s on 2 cores, the 20 rounds about a minute. It
-//! does catch an early ack: with the SQLite buffer's `synchronous=FULL` turned to `OFF` it fails
-//! in the first round, every acknowledged row gone and both exactly-once marks back at 0.
+//! files dropfs rolled back, seals and evictions before the cuts; the run fails if the sealed
+//! tier never sealed or evicted). A round takes 1–12 s on 2 cores (the later ones replay
+//! ~300,000 rows, mostly from Parquet segments, in a debug build), the 20 rounds about 100 s.
+//! It does catch an early ack: with the SQLite buffer's `synchronous=FULL` turned to `OFF` it
+//! fails in the first round, every acknowledged row gone and both exactly-once marks back at 0.
 //!
 //! Needs `/dev/fuse` and the rights to mount (root, or the setuid `fusermount3`), plus a Python
 //! with mfusepy: `$CORECAST_DROPFS_PY`, else what `../shared/tools/powerloss/setup.sh` installs
@@ -62,7 +66,12 @@ durable = true
 exactly_once = true
 max_replay = "unlimited"
 # small segments: every round rolls several times, so cuts land during rolls too
-segment_bytes = 1048576
+segment_bytes = 262144
+# the sealed tier at work during every round: the oldest rows are cut into Parquet segments
+# every 0.2 s (or 16 KiB), the hot segments below them evicted, so cuts land during seals,
+# index updates and evictions too
+seal_target_bytes = 16384
+seal_every_s = 0.2
 "#;
 
 /// Plain (at-least-once) publishers, one connection each per round: their rows' `symbol`.
@@ -570,6 +579,30 @@ struct Totals {
     unacked_gone: u64,
     unacked_held: u64,
     dups: u64,
+    /// Seals and hot-segment evictions the brokers on dropfs made before their kill.
+    seals: u64,
+    evictions: u64,
+}
+
+/// `(seals, evicted_segments)` of the `trades` stream's `/stats` tiers (since its start).
+fn tier_counts(srv: &Server) -> (u64, u64) {
+    let r = support::http_get(srv.addr, "/stats");
+    let v: sonic_rs::Value = sonic_rs::from_slice(&r.body).unwrap_or_default();
+    let tiers = v
+        .get("streams")
+        .and_then(|s| s.as_array())
+        .and_then(|a| {
+            a.iter()
+                .find(|s| s.get("name").and_then(|n| n.as_str()) == Some("trades"))
+        })
+        .and_then(|s| s.get("tiers"));
+    let n = |k: &str| {
+        tiers
+            .and_then(|t| t.get(k))
+            .and_then(|x| x.as_u64())
+            .unwrap_or(0)
+    };
+    (n("seals"), n("evicted_segments"))
 }
 
 #[test]
@@ -661,6 +694,9 @@ fn acknowledged_rows_survive_power_loss() {
             })
             .collect();
         std::thread::sleep(publish_for);
+        let (seals, evictions) = tier_counts(&srv);
+        t.seals += seals;
+        t.evictions += evictions;
         // 4. kill -9, then the power cut
         let _ = srv.child.kill();
         assert!(
@@ -847,7 +883,7 @@ fn acknowledged_rows_survive_power_loss() {
         );
         t.known = held.into_iter().map(|h| h.key.expect("checked")).collect();
         report(&format!(
-            "powerloss: round {round:>2}: published {:>4} ms, acknowledged {acked_now:>5} rows, log holds {:>6} rows, dropfs rolled back {rolled_back} file(s), marks {}; {:.1} s",
+            "powerloss: round {round:>2}: published {:>4} ms, acknowledged {acked_now:>5} rows, log holds {:>6} rows, {seals} seals and {evictions} evictions before the cut, dropfs rolled back {rolled_back} file(s), marks {}; {:.1} s",
             publish_for.as_millis(),
             end - 1,
             EXACTLY_ONCE
@@ -862,14 +898,23 @@ fn acknowledged_rows_survive_power_loss() {
     report(&format!(
         "powerloss: {rounds} rounds in {:.1} s: {} rows acknowledged, {held} rows in the log, \
          0 missing; dropfs rolled back {} file(s) in total; rows sent but never acknowledged: \
-         {} gone, {} held anyway; {} exactly-once resends answered as duplicates",
+         {} gone, {} held anyway; {} exactly-once resends answered as duplicates; {} seals and {} \
+         hot-segment evictions before the cuts",
         started.elapsed().as_secs_f64(),
         t.acked.len(),
         t.files_rolled_back,
         t.unacked_gone,
         t.unacked_held,
         t.dups,
+        t.seals,
+        t.evictions,
     ));
+    assert!(
+        t.seals > 0 && t.evictions > 0,
+        "the sealed tier never sealed or evicted during the rounds ({} seals, {} evictions)",
+        t.seals,
+        t.evictions
+    );
     assert!(!t.acked.is_empty(), "no row was ever acknowledged");
     assert!(
         t.files_rolled_back > 0,
