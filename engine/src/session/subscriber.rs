@@ -270,7 +270,10 @@ async fn serve(
                                 4416,
                                 CloseReason::NotReplayable(NotReplayable::Evicted {
                                     offset: next,
-                                    earliest: last + 1,
+                                    // where a reconnect is accepted (the ring may still hold
+                                    // rows retention dropped from disk)
+                                    earliest: (last + 1)
+                                        .max(stream.earliest.load(Ordering::Acquire)),
                                 })
                                 .encode(),
                             ));

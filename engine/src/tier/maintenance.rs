@@ -237,15 +237,18 @@ fn evict(job: &mut TierJob) -> Result<(), String> {
     let st = &job.stream;
     let sealed_end = st.tiers.sealed_end.load(Ordering::Acquire);
     let extent = job.reader.extent(sealed_end);
-    // only a segment that ends at or below sealed_end can go: the oldest must end there
-    if extent.floor >= sealed_end || extent.segments == 0 {
+    // whole segments below sealed_end, never the newest: commits append to it, and evicting
+    // it would make the next commit create a segment itself (on the commit path, and failing
+    // when the disk is full)
+    let below = sealed_end.min(extent.newest_first);
+    if extent.floor >= below || extent.segments <= 1 {
         return Ok(());
     }
     let (reply, answer) = flume::bounded(1);
     job.writer
         .send(WriterMsg::Evict {
             stream: st.index,
-            below: sealed_end,
+            below,
             reply,
         })
         .map_err(|_| "the writer has stopped".to_string())?;

@@ -49,6 +49,9 @@ pub struct HotExtent {
     pub floor: u64,
     /// The next offset to be assigned.
     pub end: u64,
+    /// The first offset of the newest segment (`end` when there is none): the segment commits
+    /// append to.
+    pub newest_first: u64,
 }
 
 /// A reader of a stream's hot log.
@@ -123,6 +126,7 @@ impl BufferReader {
             segments: view.segments.len(),
             floor: view.floor,
             end: view.end,
+            newest_first: view.segments.last().map_or(view.end, |s| s.first_offset),
             ..HotExtent::default()
         };
         for segment in &view.segments {
