@@ -9,12 +9,13 @@
 # nightly needed; `-a`: debug assertions and overflow checks on), writes each target's seeds
 # (generated from the repository's tests and ../shared/data, see src/seeds.rs) into
 # fuzz/seeds/TARGET, and runs libFuzzer for SECONDS on the corpus fuzz/corpus/TARGET (which
-# grows and is kept between runs) plus the seeds. A crash, a panic, a hang over 10 s
+# grows and is kept between runs) plus the seeds. A crash, a panic, an input running over 30 s
 # (`-timeout`) or more than 2 GiB of memory (`-rss_limit_mb`) fails the run: exit status
 # non-zero, the input in fuzz/artifacts/TARGET/. Logs: fuzz/logs/TARGET.log; one summary line
 # per target (target, seconds, executions, corpus files, crashes) in fuzz/logs/summary.tsv.
 #
-# Reproduce an artifact: fuzz/run.sh TARGET 0 fuzz/artifacts/TARGET/crash-… (runs that input).
+# Reproduce an artifact: fuzz/run.sh TARGET 0 fuzz/artifacts/TARGET/crash-… (runs that input;
+# libFuzzer reads a file argument as an input to run once).
 # CARGO_TARGET_DIR is honoured (default fuzz/target).
 set -euo pipefail
 
@@ -56,26 +57,30 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$FUZZ/target}"
 FLAGS=(--sanitizer none --debug-assertions --target-dir "$TARGET_DIR")
 cd "$FUZZ"
 cargo fuzz build "${FLAGS[@]}"
+BIN_DIR="$TARGET_DIR/$(rustc -vV | sed -n 's/^host: //p')/release"
 
 mkdir -p logs
 failed=()
 for t in "${RUN[@]}"; do
   mkdir -p "corpus/$t" "seeds/$t" "artifacts/$t"
   echo "=== fuzz/run.sh: $t for ${SECONDS_EACH}s ($(date -u +%H:%M:%S))"
-  args=(-timeout=10 -rss_limit_mb=2048 -print_final_stats=1)
+  args=(-timeout=30 -rss_limit_mb=2048 -print_final_stats=1)
   if [ "$SECONDS_EACH" -gt 0 ]; then
     args+=(-max_total_time="$SECONDS_EACH")
     inputs=("corpus/$t" "seeds/$t")
   else
     inputs=()
   fi
-  before="$(find "artifacts/$t" -type f | wc -l)"
+  failures() { find "artifacts/$t" -type f \( -name 'crash-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l; }
+  before="$(failures)"
   rc=0
-  CORECAST_FUZZ_SEEDS="seeds/$t" cargo fuzz run "${FLAGS[@]}" "$t" "${inputs[@]}" -- \
-    "${args[@]}" "$@" >"logs/$t.log" 2>&1 || rc=$?
+  # The binary cargo fuzz built, run directly (as `cargo fuzz run` would, minus its rebuild check
+  # and its re-run of each failing input through `cargo run` to print it).
+  CORECAST_FUZZ_SEEDS="seeds/$t" "$BIN_DIR/$t" -artifact_prefix="artifacts/$t/" "${args[@]}" \
+    "$@" "${inputs[@]}" >"logs/$t.log" 2>&1 || rc=$?
   execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "logs/$t.log" | tail -n1)"
   corpus="$(find "corpus/$t" -type f | wc -l)"
-  crashes=$(($(find "artifacts/$t" -type f | wc -l) - before))
+  crashes=$(($(failures) - before))
   printf '%s\t%s\t%s\t%s\t%s\n' "$t" "$SECONDS_EACH" "${execs:-?}" "$corpus" "$crashes" |
     tee -a logs/summary.tsv
   if [ "$rc" != 0 ]; then
