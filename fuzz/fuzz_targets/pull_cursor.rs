@@ -58,12 +58,14 @@ fuzz_target!(init: corecast_fuzz::seeds::init("pull_cursor"), |data: &[u8]| {
         assert_eq!(key.verify(&b, &signed, expires - 1), Ok(next));
     }
     assert_eq!(key.verify(&b, &signed, expires), Err(CursorError::Expired));
-    let other = format!("{stream}\u{1}");
+    // each part changed (made one character longer, so it differs whatever it was)
+    let longer = |s: &str| format!("{s}\u{1}");
+    let (s2, i2, f2, c2) = (longer(stream), longer(stream_id), longer(filter), longer(caller));
     for changed in [
-        Binding { stream: &other, ..b },
-        Binding { stream_id: &other, ..b },
-        Binding { filter: &other, ..b },
-        Binding { caller: &other, ..b },
+        Binding { stream: &s2, ..b },
+        Binding { stream_id: &i2, ..b },
+        Binding { filter: &f2, ..b },
+        Binding { caller: &c2, ..b },
     ] {
         assert_eq!(key.verify(&changed, &signed, now), Err(CursorError::Invalid));
     }
