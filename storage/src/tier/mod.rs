@@ -78,7 +78,8 @@ pub enum TierError {
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
     /// An encoded row that does not have the canonical form of the stream's schema. It cannot
-    /// happen for rows the validator produced.
+    /// happen for rows the validator produced; reading, it is a schema-less segment whose stored
+    /// row text was damaged.
     #[error("row at offset {offset} is not a canonical row of this schema: {what} at byte {at}")]
     BadRow {
         /// The row's offset.

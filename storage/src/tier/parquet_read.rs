@@ -20,6 +20,7 @@ use parquet::arrow::arrow_reader::{
     ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection,
     RowSelector,
 };
+use parquet::errors::ParquetError;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
 use parquet::file::reader::ChunkReader;
@@ -144,6 +145,8 @@ pub struct SegmentReader {
     range: Range<u64>,
     stats: ReadStats,
     done: bool,
+    /// The last offset decoded, to check that they increase.
+    last_offset: Option<i64>,
 }
 
 impl SegmentReader {
@@ -151,9 +154,21 @@ impl SegmentReader {
     ///
     /// # Errors
     ///
-    /// [`TierError::Parquet`] if the file is not Parquet, [`TierError::SchemaMismatch`] if its
-    /// schema is not the segment schema of `codec` (see [`super::segment_schema`]).
+    /// [`TierError::Parquet`] if the file is not Parquet (or the library panics on it: that is
+    /// caught and answered as an error), [`TierError::SchemaMismatch`] if its schema is not the
+    /// segment schema of `codec` (see [`super::segment_schema`]).
     pub fn open<R: ChunkReader + 'static>(
+        file: R,
+        codec: &RowCodec,
+        range: Range<u64>,
+        options: &ReadOptions,
+    ) -> Result<SegmentReader, TierError> {
+        guarded("opening the file", || {
+            Self::open_file(file, codec, range, options)
+        })
+    }
+
+    fn open_file<R: ChunkReader + 'static>(
         file: R,
         codec: &RowCodec,
         range: Range<u64>,
@@ -184,6 +199,7 @@ impl SegmentReader {
             range,
             stats,
             done: false,
+            last_offset: None,
         })
     }
 
@@ -196,11 +212,19 @@ impl SegmentReader {
     ///
     /// # Errors
     ///
-    /// A Parquet error decoding a page, or [`TierError::SchemaMismatch`] for data of the wrong
-    /// shape.
+    /// A Parquet error decoding a page, [`TierError::SchemaMismatch`] for data of the wrong
+    /// shape, [`TierError::OutOfOrder`] or [`TierError::OffsetTooLarge`] for offsets that do not
+    /// strictly increase or are negative (a damaged file), or [`TierError::BadRow`] for a schema-less row whose stored text is not the
+    /// canonical encoding of a JSON object (a damaged file).
     pub fn next_chunk(&mut self) -> Result<Option<RowChunk>, TierError> {
         while !self.done {
-            let Some(batch) = self.batches.next().transpose()? else {
+            let batches = &mut self.batches;
+            let next = guarded("decoding a page", || Ok(batches.next().transpose()?));
+            if next.is_err() {
+                // a panic leaves the decoder in no known state: nothing more is read
+                self.done = true;
+            }
+            let Some(batch) = next? else {
                 self.done = true;
                 break;
             };
@@ -225,8 +249,24 @@ impl SegmentReader {
             .as_primitive_opt::<Int64Type>()
             .ok_or_else(|| TierError::SchemaMismatch("streamcast_ts is not int64".into()))?;
         let mut chunk = RowChunk::default();
-        // Rows are sorted by offset: find the slice of the batch inside the range.
+        // Rows are sorted by offset: find the slice of the batch inside the range. A damaged
+        // file may break that (found by `fuzz/run.sh parquet_segment`: the reader returned rows
+        // out of order and outside the range), so it is checked, with the batches before.
         let values = offsets.values();
+        for &o in values.iter() {
+            if o < 0 {
+                return Err(TierError::OffsetTooLarge(o as u64));
+            }
+            if let Some(previous) = self.last_offset {
+                if o <= previous {
+                    return Err(TierError::OutOfOrder {
+                        previous: previous as u64,
+                        offset: o as u64,
+                    });
+                }
+            }
+            self.last_offset = Some(o);
+        }
         let lo = values.partition_point(|&o| (o as u64) < self.range.start);
         let hi = values.partition_point(|&o| (o as u64) < self.range.end);
         if lo >= hi {
@@ -254,8 +294,31 @@ impl SegmentReader {
                     .column(1)
                     .as_string_opt::<i32>()
                     .ok_or_else(|| TierError::SchemaMismatch("row is not utf8".into()))?;
+                // The stored text is the only part of a row taken from the file verbatim: it is
+                // re-encoded as the validator would and must come out the same, so a damaged
+                // file (Parquet pages carry no checksum) is an error, never a frame of garbage.
                 for i in lo..hi {
-                    chunk.bytes.extend_from_slice(rows.value(i).as_bytes());
+                    let stored = rows.value(i).as_bytes();
+                    let start = chunk.bytes.len();
+                    let canonical = match crate::json::parse(stored) {
+                        Ok(value) => RowCodec::Schemaless
+                            .encode_row(&value, &mut chunk.bytes)
+                            .is_ok(),
+                        Err(_) => false,
+                    };
+                    if !canonical || chunk.bytes[start..] != *stored {
+                        let written = &chunk.bytes[start..];
+                        let at = written
+                            .iter()
+                            .zip(stored)
+                            .take_while(|(a, b)| a == b)
+                            .count();
+                        return Err(TierError::BadRow {
+                            offset: values[i] as u64,
+                            at,
+                            what: "the canonical encoding of a JSON object",
+                        });
+                    }
                     chunk.ends.push(chunk.bytes.len());
                 }
             }
@@ -265,6 +328,26 @@ impl SegmentReader {
             .extend(values[lo..hi].iter().map(|&o| o as u64));
         chunk.ts.extend_from_slice(&ts.values()[lo..hi]);
         Ok(chunk)
+    }
+}
+
+/// Runs a call into the Parquet library, answering a panic in it as an error. The library
+/// panics on some malformed files instead of failing (found by `fuzz/run.sh parquet_segment`:
+/// e.g. a page offset before its column chunk's start overflows a subtraction in
+/// `SerializedPageReader`), and a damaged segment must fail its read, not the replay thread.
+fn guarded<T>(what: &str, call: impl FnOnce() -> Result<T, TierError>) -> Result<T, TierError> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)) {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(TierError::Parquet(ParquetError::General(format!(
+                "the Parquet reader panicked {what} (a damaged file?): {message}"
+            ))))
+        }
     }
 }
 
