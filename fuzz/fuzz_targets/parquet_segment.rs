@@ -64,7 +64,7 @@ fuzz_target!(init: init(), |data: &[u8]| {
     let end = if data[2] == 255 { u64::MAX } else { start + data[2] as u64 };
     let chunk_rows = 1 + data[3] as usize % 16;
     let file = Bytes::copy_from_slice(&data[4..]);
-    let Ok(mut reader) = SegmentReader::open(file, codec, start..end, &ReadOptions { chunk_rows })
+    let Ok(mut reader) = SegmentReader::open(file, codec, start..end, &ReadOptions { chunk_rows, ..ReadOptions::default() })
     else {
         return;
     };

@@ -435,9 +435,16 @@ fn damaged_schemaless_rows_are_an_error_not_garbage() {
         r#"{"a":1,"a":2}"#,
     ] {
         let file = raw_schemaless_file(&[(1, 10, r#"{"a":1}"#), (2, 20, bad)]);
-        let mut reader =
-            SegmentReader::open(file, &codec, 0..u64::MAX, &ReadOptions { chunk_rows: 16 })
-                .expect("open");
+        let mut reader = SegmentReader::open(
+            file,
+            &codec,
+            0..u64::MAX,
+            &ReadOptions {
+                chunk_rows: 16,
+                ..ReadOptions::default()
+            },
+        )
+        .expect("open");
         match reader.next_chunk() {
             Err(TierError::BadRow { offset: 2, .. }) => {}
             other => panic!("{bad:?} read back as {other:?}"),
@@ -467,7 +474,10 @@ fn damaged_offsets_are_an_error() {
                 file.clone(),
                 &codec,
                 0..u64::MAX,
-                &ReadOptions { chunk_rows },
+                &ReadOptions {
+                    chunk_rows,
+                    ..ReadOptions::default()
+                },
             )
             .expect("open");
             let mut result = Ok(());
@@ -507,10 +517,18 @@ fn a_file_the_parquet_library_panics_on_is_an_error() {
         ))
         .expect("fixture"),
     );
-    let result = SegmentReader::open(file, &codec, 0..u64::MAX, &ReadOptions { chunk_rows: 3 })
-        .and_then(|mut reader| {
-            while reader.next_chunk()?.is_some() {}
-            Ok(())
-        });
+    let result = SegmentReader::open(
+        file,
+        &codec,
+        0..u64::MAX,
+        &ReadOptions {
+            chunk_rows: 3,
+            ..ReadOptions::default()
+        },
+    )
+    .and_then(|mut reader| {
+        while reader.next_chunk()?.is_some() {}
+        Ok(())
+    });
     assert!(result.is_err(), "the damaged file read without an error");
 }
