@@ -244,10 +244,10 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
             }
             tracing::info!(
                 stream = %sc.name,
-                earliest,
+                hot_earliest = earliest,
                 end_offset = end,
                 segments = report.segments,
-                "opened {}",
+                "opened the hot log {}",
                 buffer.path().display()
             );
             // the sealed tier: sweep what a crash left, check it meets the hot log
@@ -273,9 +273,10 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
                 tracing::info!(
                     stream = %sc.name,
                     segments = entries.len(),
-                    "sealed tier holds offsets {}..={}",
+                    "sealed tier holds offsets {}..={}: history starts at offset {}",
                     first.first_offset,
-                    last.last_offset
+                    last.last_offset,
+                    first.first_offset.min(hot_floor)
                 );
             }
             tiers = TierState::new(entries, sealed_end);

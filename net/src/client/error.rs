@@ -64,7 +64,11 @@ pub enum ClientError {
     /// 4416: the requested offset cannot be served. `why` is `ahead`, `too_old`, `evicted`,
     /// `not_durable` (or `empty` from old servers); `fields` are the numbers the reason carried,
     /// in order (`offset`, `end_offset`, `behind`, `max_replay`, `earliest`).
-    #[error("offset not replayable: {why}{}", fmt_fields(fields))]
+    #[error(
+        "offset not replayable: {why}{}{}",
+        fmt_fields(fields),
+        replay_hint(why, fields)
+    )]
     NotReplayable {
         /// The reason's `why`.
         why: String,
@@ -118,6 +122,19 @@ pub enum ClientError {
     /// The caller used the API wrongly (a batch of zero rows, a row that is not an object…).
     #[error("{0}")]
     Usage(String),
+}
+
+/// What to do about a 4416, when the reason says.
+fn replay_hint(why: &str, fields: &[(String, i64)]) -> String {
+    let field = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
+    match (why, field("earliest"), field("end_offset")) {
+        ("evicted", Some(e), _) => format!(
+            " (rows below {e} are no longer held: dropped by retention or never sealed; start at offset {e}, or `earliest`)"
+        ),
+        ("too_old", _, _) => " (further back than the stream's max_replay: start nearer the end)".into(),
+        ("ahead", _, Some(end)) => format!(" (the stream ends at {end}: start at or below it)"),
+        _ => String::new(),
+    }
 }
 
 fn fmt_fields(fields: &[(String, i64)]) -> String {
