@@ -132,11 +132,16 @@ impl Report {
         let (mut replay_rows, mut replay_first, mut replay_last) =
             (0u64, None::<Instant>, None::<Instant>);
         let mut replay_incomplete = 0usize;
+        let (mut first_received, mut last_received) = (None::<u64>, None::<u64>);
         for s in &subs {
             delivered += s.result.frames;
             gaps += s.result.gaps;
             gap_events += s.result.gap_events;
             dups += s.result.dups;
+            if let Some(f) = s.result.first {
+                first_received = Some(first_received.map_or(f, |x: u64| x.min(f)));
+            }
+            last_received = last_received.max(s.result.last);
             last_frame = last_frame.max(s.result.last_frame_at);
             let end_expected = if args.publishers > 0 {
                 Some(if final_end > 0 {
@@ -298,8 +303,10 @@ impl Report {
         );
         let _ = write!(
             d,
-            ",\"deliver\":{{\"subscribers_reported\":{},\"subscribers_complete\":{complete},\"frames\":{delivered},\"expected\":{expected},\"gaps\":{gaps},\"gap_events\":{gap_events},\"dups\":{dups},\"missing\":{missing},\"seconds\":{},\"frames_per_s\":{}}}",
+            ",\"deliver\":{{\"subscribers_reported\":{},\"subscribers_complete\":{complete},\"frames\":{delivered},\"expected\":{expected},\"gaps\":{gaps},\"gap_events\":{gap_events},\"dups\":{dups},\"missing\":{missing},\"first_offset\":{},\"last_offset\":{},\"seconds\":{},\"frames_per_s\":{}}}",
             subs.len(),
+            first_received.map_or("null".into(), |o| o.to_string()),
+            last_received.map_or("null".into(), |o| o.to_string()),
             num(del_secs),
             num(frames_per_s)
         );

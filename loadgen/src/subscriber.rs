@@ -37,6 +37,9 @@ pub struct SubResult {
     pub close: Option<(u16, String)>,
     pub error: Option<String>,
     pub last_frame_at: Option<Instant>,
+    /// The first and the last offset received.
+    pub first: Option<u64>,
+    pub last: Option<u64>,
 }
 
 pub struct SubConfig {
@@ -103,6 +106,8 @@ pub async fn run(
                         break 'outer;
                     }
                     r.frames += 1;
+                    r.first.get_or_insert(off);
+                    r.last = Some(off);
                     if off == next {
                         next += 1;
                     } else if off > next {

@@ -6,10 +6,11 @@
 //! stream's owner writer (which takes the segments out of the log between commits; the files
 //! are deleted here, off the commit path), and the [`TierState`](super::TierState) counters.
 //!
-//! These threads never serve a client: they run at a lower CPU priority (nice 10), one stream at a time, with memory bounded by one Parquet row group. A seal that
-//! fails (a full disk, an I/O error) records nothing, leaves the rows in the hot log and is tried
-//! again after a back-off that doubles from 1 s to 30 s; the error is logged once per distinct
-//! message and shown in `/stats`.
+//! These threads never serve a client: they run at a lower CPU priority (nice 10; nice 0 while
+//! a stream is behind, see [`Priority`]), one stream at a time, with memory bounded by one
+//! Parquet row group. A seal that fails (a full disk, an I/O error) records nothing, leaves the
+//! rows in the hot log and is tried again after a back-off that doubles from 1 s to 30 s; the
+//! error is logged once per distinct message and shown in `/stats`.
 
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
@@ -108,12 +109,13 @@ impl Maintenance {
 }
 
 fn run(mut jobs: Vec<TierJob>, stopped: crossbeam_channel::Receiver<()>) {
-    lower_priority();
+    let mut priority = Priority::lowered();
     let options = SealOptions::default();
     loop {
         let mut busy = false;
-        for job in &mut jobs {
-            busy |= turn(job, &options);
+        for i in 0..jobs.len() {
+            priority.follow(jobs.iter().any(behind));
+            busy |= turn(&mut jobs[i], &options, &mut priority);
             if stop_requested(&stopped) {
                 return;
             }
@@ -134,14 +136,14 @@ fn stop_requested(stopped: &crossbeam_channel::Receiver<()>) -> bool {
 }
 
 /// One look at one stream; `true` when more work is due at once.
-fn turn(job: &mut TierJob, options: &SealOptions) -> bool {
+fn turn(job: &mut TierJob, options: &SealOptions, priority: &mut Priority) -> bool {
     let st = job.stream.clone();
     let tiers = &st.tiers;
     let mut more = false;
     let now = Instant::now();
     if job.retry_at.is_none_or(|at| now >= at) {
         for _ in 0..SEALS_PER_TURN {
-            match seal_if_due(job, options) {
+            match seal_if_due(job, options, priority) {
                 Ok(true) => more = true,
                 Ok(false) => {
                     more = false;
@@ -170,7 +172,11 @@ fn turn(job: &mut TierJob, options: &SealOptions) -> bool {
 
 /// Seals one segment if the unsealed rows reach `seal_target_bytes` or the oldest of them is
 /// `seal_every` old; `Ok(true)` if it sealed one.
-fn seal_if_due(job: &mut TierJob, options: &SealOptions) -> Result<bool, String> {
+fn seal_if_due(
+    job: &mut TierJob,
+    options: &SealOptions,
+    priority: &mut Priority,
+) -> Result<bool, String> {
     let st = job.stream.clone();
     let tiers = &st.tiers;
     let sealed_end = tiers.sealed_end.load(Ordering::Acquire);
@@ -183,6 +189,10 @@ fn seal_if_due(job: &mut TierJob, options: &SealOptions) -> Result<bool, String>
         .is_some_and(|ts| now_us() - ts >= st.cfg.seal_every.as_micros() as i64);
     if !(by_bytes || by_age) {
         return Ok(false);
+    }
+    if by_bytes {
+        // a seal by size is due: rows arrive faster than a by-age seal would take them
+        priority.follow(true);
     }
     let began = Instant::now();
     let cut = SealCut {
@@ -347,11 +357,73 @@ fn clear_error(st: &Stream) {
     }
 }
 
-/// nice 10 for the calling thread (Linux keeps the nice value per thread): serving and
-/// committing always come first. `SCHED_BATCH` would need unsafe code; nice alone already
-/// gives a busy serving thread ~10x this thread's share of a shared core.
-fn lower_priority() {
-    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10) {
-        tracing::debug!("cannot lower the maintenance thread's priority: {e}");
+/// A stream is behind when its unsealed rows (as of its last turn) reach `seal_target_bytes`:
+/// a seal by size is due. Sealed at low priority on a busy machine, rows then arrive faster
+/// than they are sealed and the hot log outgrows its bound (2 × `seal_target_bytes` + one
+/// segment file).
+fn behind(job: &TierJob) -> bool {
+    let st = &job.stream;
+    st.tiers.unsealed_bytes.load(Ordering::Relaxed) >= st.cfg.seal_target_bytes
+}
+
+/// The calling thread's nice value (Linux keeps it per thread): [`NICE`] while every stream
+/// keeps up, so serving and committing come first (`SCHED_BATCH` would need unsafe code; nice
+/// alone already gives a busy serving thread ~10x this thread's share of a shared core), and
+/// [`NICE_BEHIND`] from the moment a seal by size is due until no stream is [`behind`] at the
+/// start of a turn: on a saturated machine a nice-10 thread waits on the run
+/// queue most of the time and sealing falls behind any publisher. Raising it back needs
+/// `CAP_SYS_NICE` or `RLIMIT_NICE` (systemd `LimitNICE=`); without them the first refusal is
+/// logged and the thread stays at [`NICE`].
+struct Priority {
+    current: i32,
+    /// Whether the value is managed at all (lowering it at start worked).
+    managed: bool,
+    can_raise: bool,
+}
+
+/// The nice value of a maintenance thread whose streams keep up.
+const NICE: i32 = 10;
+/// ... and of one with a stream behind.
+const NICE_BEHIND: i32 = 0;
+
+impl Priority {
+    fn lowered() -> Priority {
+        match set_nice(NICE) {
+            Ok(()) => Priority {
+                current: NICE,
+                managed: true,
+                can_raise: true,
+            },
+            Err(e) => {
+                tracing::debug!("cannot lower the maintenance thread's priority: {e}");
+                Priority {
+                    current: 0,
+                    managed: false,
+                    can_raise: false,
+                }
+            }
+        }
     }
+
+    fn follow(&mut self, behind: bool) {
+        let want = if behind { NICE_BEHIND } else { NICE };
+        if !self.managed || want == self.current || (want < self.current && !self.can_raise) {
+            return;
+        }
+        match set_nice(want) {
+            Ok(()) => {
+                tracing::debug!(nice = want, "maintenance thread priority");
+                self.current = want;
+            }
+            Err(e) if want < self.current => {
+                tracing::info!("sealing is behind, but the maintenance thread cannot raise its priority back to nice {want}: {e}");
+                self.can_raise = false;
+            }
+            Err(e) => tracing::debug!("cannot lower the maintenance thread's priority: {e}"),
+        }
+    }
+}
+
+fn set_nice(nice: i32) -> rustix::io::Result<()> {
+    rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice)
 }
