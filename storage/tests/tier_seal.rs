@@ -413,3 +413,60 @@ impl CloneWith for ReadOptions {
         o
     }
 }
+
+#[test]
+fn an_index_that_lost_segments_is_refused_not_swept() {
+    let s = stream("btcusdt-trades", 2000);
+    let index = SegmentIndex::open(&s.dir).unwrap();
+    let entries = seal_all(&s, &index, 30 << 10, &SealOptions::default());
+    assert!(entries.len() >= 3);
+    for e in &entries {
+        let crc = corecast_storage::tier::file_crc32c(&index.path_of(e)).unwrap();
+        assert_eq!(e.crc32c, Some(crc), "the index records the file's CRC32C");
+    }
+    let segments = s.dir.join(SEGMENTS_DIR_NAME);
+    // files not named as segments, and directories, are left alone
+    std::fs::write(segments.join("mine.parquet"), b"a user's file").unwrap();
+    std::fs::create_dir(segments.join("dir.parquet")).unwrap();
+    assert!(index.sweep().unwrap().is_empty());
+    assert!(segments.join("mine.parquet").exists() && segments.join("dir.parquet").is_dir());
+    drop(index);
+    let db = rusqlite::Connection::open(s.dir.join("meta.db")).unwrap();
+    // the newest row deleted: sealed_end says more is sealed than the index records
+    db.execute(
+        "DELETE FROM segments WHERE first_offset = ?1",
+        [entries.last().unwrap().first_offset as i64],
+    )
+    .unwrap();
+    let e = SegmentIndex::open(&s.dir)
+        .unwrap()
+        .sweep()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("records offsets") && e.contains("sealed tier holds"),
+        "{e}"
+    );
+    assert!(index_files(&segments) == entries.len(), "nothing deleted");
+    // the whole table dropped: refused, every file kept
+    db.execute_batch("DROP TABLE segments").unwrap();
+    let e = SegmentIndex::open(&s.dir)
+        .unwrap()
+        .sweep()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sealed tier holds 1.."), "{e}");
+    assert!(index_files(&segments) == entries.len(), "nothing deleted");
+}
+
+fn index_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            corecast_storage::tier::parse_segment_file_name(
+                &e.as_ref().unwrap().file_name().to_string_lossy(),
+            )
+            .is_some()
+        })
+        .count()
+}

@@ -133,7 +133,24 @@ fn reader_loop(
 ) {
     let mut readers: HashMap<usize, BufferReader> = HashMap::new();
     while let Ok(PoolMsg::Job(job)) = rx.recv() {
-        let res = read(&mut readers, &registry, &sealed, &job);
+        // a panic in a read (a library meeting a damaged file) answers this job with an error
+        // and leaves the thread serving the others
+        let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            read(&mut readers, &registry, &sealed, &job)
+        }))
+        .unwrap_or_else(|panic| {
+            readers.remove(&job.stream);
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            Err(format!("reading offset {}: {what}", job.from))
+        });
+        if let Err(e) = &res {
+            let st = &registry.streams[job.stream];
+            tracing::error!(stream = %st.cfg.name, from = job.from, "replay failed: {e}");
+        }
         let _ = job.reply.send(res);
     }
 }
@@ -214,6 +231,10 @@ fn read(
                 resume,
                 missing: Some((missing.map_or(hole.0, |m| m.0), hole.1)),
             });
+            continue;
+        }
+        if batch.is_empty() && reader.extent(u64::MAX).floor > from {
+            // evicted between the look at the floor and the scan: read the sealed tier
             continue;
         }
         let resume = if batch.is_empty() {

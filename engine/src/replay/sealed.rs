@@ -10,7 +10,7 @@
 //! not send, keyed by the offset it stopped at: the subscriber's next job continues it instead of
 //! opening and decoding again.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::fs::File;
 use std::path::Path;
 use std::sync::Mutex;
@@ -56,6 +56,10 @@ struct Open {
 #[derive(Default)]
 pub struct SealedReads {
     open: Mutex<VecDeque<Open>>,
+    /// `(stream, file)` whose CRC32C matched the index's since start: checked once per file
+    /// (Parquet pages carry no checksum of their own, so without it a flipped byte would be
+    /// served as a wrong value).
+    verified: Mutex<HashSet<(usize, String)>>,
 }
 
 impl SealedReads {
@@ -80,6 +84,34 @@ impl SealedReads {
         let mut read = match cached {
             Some(read) => read,
             None => {
+                if let Some(want) = request.entry.crc32c {
+                    let key = (request.stream, request.entry.file.clone());
+                    let known = self
+                        .verified
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .contains(&key);
+                    if !known {
+                        match corecast_storage::tier::file_crc32c(request.path) {
+                            Ok(got) if got == want => {
+                                self.verified
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .insert(key);
+                            }
+                            Ok(got) => {
+                                return Err(format!(
+                                    "{}: CRC32C {got:08x}, the index recorded {want:08x}: the file was damaged after it was sealed; restore it from a copy",
+                                    request.path.display()
+                                ))
+                            }
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                            Err(e) => {
+                                return Err(format!("{}: reading: {e}", request.path.display()))
+                            }
+                        }
+                    }
+                }
                 let file = match File::open(request.path) {
                     Ok(f) => f,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -130,6 +162,14 @@ fn fill(
             None => match read.reader.next_chunk()? {
                 Some(chunk) => (chunk, 0),
                 None => {
+                    let expected = builder.as_ref().map_or(from, |b| b.next_seq());
+                    if read.prune.is_empty() && expected < to {
+                        return Err(corecast_storage::tier::TierError::SchemaMismatch(format!(
+                            "the segment ends at offset {} but the index recorded rows up to {}",
+                            expected.saturating_sub(1),
+                            to - 1
+                        )));
+                    }
                     // every row left was in row groups or pages the range or the filter excluded
                     let resume = builder.as_ref().map_or(to, |b| b.next_seq().max(to));
                     let batch = builder
@@ -141,6 +181,18 @@ fn fill(
         };
         for i in start..chunk.len() {
             let (offset, ts, row) = chunk.row(i);
+            if offset < from {
+                continue;
+            }
+            if read.prune.is_empty() {
+                // without a filter nothing is skipped: every offset of the range must be there
+                let expected = builder.as_ref().map_or(from, |b| b.next_seq());
+                if offset != expected && offset < to {
+                    return Err(corecast_storage::tier::TierError::SchemaMismatch(format!(
+                        "offset {offset} where {expected} was expected: the segment does not hold what the index recorded"
+                    )));
+                }
+            }
             let stop = offset >= to
                 || builder.as_ref().is_some_and(|b| {
                     b.next_seq() != offset
@@ -158,9 +210,6 @@ fn fill(
                     .finish();
                 read.pending = Some((chunk, i));
                 return Ok((batch, resume, false));
-            }
-            if offset < from {
-                continue;
             }
             builder
                 .get_or_insert_with(|| FrameBatchBuilder::new(offset, true, 64 * 1024))

@@ -43,9 +43,11 @@ CREATE TABLE IF NOT EXISTS segments(
     bytes INTEGER NOT NULL,
     file TEXT NOT NULL UNIQUE,
     columns TEXT NOT NULL,
-    sealed_at_us INTEGER NOT NULL
+    sealed_at_us INTEGER NOT NULL,
+    crc32c INTEGER
 );
 INSERT OR IGNORE INTO meta(key, value) VALUES ('sealed_end', 1);
+INSERT OR IGNORE INTO meta(key, value) VALUES ('dropped_through', 1);
 ";
 
 /// One sealed segment file as the index records it.
@@ -69,6 +71,9 @@ pub struct SegmentEntry {
     pub columns: String,
     /// When it was sealed, µs since the Unix epoch.
     pub sealed_at_us: i64,
+    /// CRC32C of the whole file as written (Parquet pages carry none): a reader checks it before
+    /// it trusts the file.
+    pub crc32c: Option<u32>,
 }
 
 impl SegmentEntry {
@@ -112,6 +117,26 @@ impl SegmentIndex {
         db.conn()
             .execute_batch(CREATE)
             .map_err(StorageError::sqlite(&path, "creating the segment index"))?;
+        let has_crc: bool = db
+            .conn()
+            .query_row(
+                "SELECT COUNT(*) FROM pragma_table_info('segments') WHERE name = 'crc32c'",
+                [],
+                |row| row.get::<_, i64>(0),
+            )
+            .map(|n| n > 0)
+            .map_err(StorageError::sqlite(
+                &path,
+                "reading the segment index's columns",
+            ))?;
+        if !has_crc {
+            db.conn()
+                .execute_batch("ALTER TABLE segments ADD COLUMN crc32c INTEGER")
+                .map_err(StorageError::sqlite(
+                    &path,
+                    "adding crc32c to the segment index",
+                ))?;
+        }
         let dir = stream_dir.join(SEGMENTS_DIR_NAME);
         std::fs::create_dir_all(&dir)
             .map_err(StorageError::io(&dir, "creating the segments directory"))?;
@@ -137,7 +162,7 @@ impl SegmentIndex {
             .conn()
             .prepare(
                 "SELECT first_offset, last_offset, min_ts, max_ts, rows, bytes, file, columns, \
-                 sealed_at_us FROM segments ORDER BY first_offset",
+                 sealed_at_us, crc32c FROM segments ORDER BY first_offset",
             )
             .map_err(sqlite())?;
         let mut rows = statement.query([]).map_err(sqlite())?;
@@ -148,6 +173,7 @@ impl SegmentIndex {
             let (first, last, min_ts, max_ts, count, bytes) =
                 (int(0)?, int(1)?, int(2)?, int(3)?, int(4)?, int(5)?);
             let (file, columns, sealed_at_us) = (text(6)?, text(7)?, int(8)?);
+            let crc: Option<i64> = row.get(9).map_err(sqlite())?;
             let entry = SegmentEntry {
                 first_offset: to_u64(first, path, "segment first_offset")?,
                 last_offset: to_u64(last, path, "segment last_offset")?,
@@ -158,6 +184,7 @@ impl SegmentIndex {
                 file,
                 columns,
                 sealed_at_us,
+                crc32c: crc.map(|c| c as u32),
             };
             let corrupt = |detail: String| StorageError::Corrupt {
                 path: path.to_owned(),
@@ -186,22 +213,33 @@ impl SegmentIndex {
 
     /// The offset after the last sealed row (1 when nothing was ever sealed).
     pub fn sealed_end(&self) -> Result<u64, StorageError> {
+        self.offset_key("sealed_end")
+    }
+
+    /// The offset after the last row retention dropped (1 when it never dropped any): the
+    /// recorded segments start there.
+    pub fn dropped_through(&self) -> Result<u64, StorageError> {
+        self.offset_key("dropped_through")
+    }
+
+    fn offset_key(&self, key: &str) -> Result<u64, StorageError> {
         let path = self.db.path();
-        let value: Option<i64> = self
+        let value: Option<rusqlite::types::Value> = self
             .db
             .conn()
-            .query_row(
-                "SELECT value FROM meta WHERE key = 'sealed_end'",
-                [],
-                |row| row.get(0),
-            )
+            .query_row("SELECT value FROM meta WHERE key = ?1", [key], |row| {
+                row.get(0)
+            })
             .optional()
-            .map_err(StorageError::sqlite(path, "reading sealed_end"))?;
+            .map_err(StorageError::sqlite(
+                path,
+                "reading the segment index's offsets",
+            ))?;
         match value {
-            Some(v) if v >= 1 => Ok(v as u64),
+            Some(rusqlite::types::Value::Integer(v)) if v >= 1 => Ok(v as u64),
             _ => Err(StorageError::Corrupt {
                 path: path.to_owned(),
-                detail: "meta key sealed_end missing or not an offset".into(),
+                detail: format!("meta key {key} missing or not an offset"),
             }),
         }
     }
@@ -213,6 +251,7 @@ impl SegmentIndex {
         file: &str,
         stats: &SegmentStats,
         sealed_at_us: i64,
+        crc32c: u32,
     ) -> Result<SegmentEntry, StorageError> {
         let path = self.db.path();
         let (Some((first, last)), Some((min_ts, max_ts))) = (stats.offsets, stats.ts) else {
@@ -240,13 +279,14 @@ impl SegmentIndex {
             file: file.to_owned(),
             columns: columns_json(&stats.columns),
             sealed_at_us,
+            crc32c: Some(crc32c),
         };
         let conn = self.db.conn();
         let result = (|| -> rusqlite::Result<()> {
             conn.execute_batch("BEGIN IMMEDIATE")?;
             conn.execute(
                 "INSERT INTO segments(first_offset, last_offset, min_ts, max_ts, rows, bytes, \
-                 file, columns, sealed_at_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                 file, columns, sealed_at_us, crc32c) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                 params![
                     to_i64(entry.first_offset),
                     to_i64(entry.last_offset),
@@ -257,6 +297,7 @@ impl SegmentIndex {
                     entry.file,
                     entry.columns,
                     entry.sealed_at_us,
+                    i64::from(crc32c),
                 ],
             )?;
             conn.execute(
@@ -295,16 +336,25 @@ impl SegmentIndex {
                 ),
             });
         }
-        self.db
-            .conn()
-            .execute(
+        let conn = self.db.conn();
+        let result = (|| -> rusqlite::Result<()> {
+            conn.execute_batch("BEGIN IMMEDIATE")?;
+            conn.execute(
                 "DELETE FROM segments WHERE first_offset = ?1",
                 [to_i64(entry.first_offset)],
-            )
-            .map_err(StorageError::sqlite(
-                path,
-                "dropping a segment from the index",
-            ))?;
+            )?;
+            conn.execute(
+                "UPDATE meta SET value = ?1 WHERE key = 'dropped_through'",
+                [to_i64(entry.end_offset())],
+            )?;
+            conn.execute_batch("COMMIT")
+        })();
+        result.map_err(|source| {
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            StorageError::sqlite(path, "dropping a segment from the index")(source)
+        })?;
         let file = self.path_of(entry);
         match std::fs::remove_file(&file) {
             Ok(()) => {}
@@ -317,12 +367,33 @@ impl SegmentIndex {
         ))
     }
 
-    /// Checks `segments/` against the index: removes what a crash left (files being written,
-    /// files written but never recorded, files dropped from the index but not yet deleted) and
-    /// returns their names; refuses, naming it, a recorded file that is missing or whose size
-    /// differs from the recorded one (its rows would be in no tier).
+    /// Checks `segments/` against the index: removes what a crash left (a file being written,
+    /// one written at or after `sealed_end` but never recorded, one retention dropped from the
+    /// index but had not deleted yet) and returns their names. Refuses, naming it, a recorded
+    /// file that is missing or whose size differs from the recorded one, a recorded range that
+    /// does not run from `dropped_through` to `sealed_end`, and an unrecorded segment file
+    /// inside that range (the index lost it: `meta.db` damaged or restored from an older copy).
+    /// Files and directories not named as segments are left alone.
     pub fn sweep(&self) -> Result<Vec<String>, StorageError> {
         let entries = self.entries()?;
+        let sealed_end = self.sealed_end()?;
+        let dropped_through = self.dropped_through()?;
+        let index_path = self.db.path().to_owned();
+        let refuse = |path: PathBuf, detail: String| StorageError::Corrupt { path, detail };
+        // the recorded segments cover dropped_through..sealed_end, no more, no less
+        let covered = match (entries.first(), entries.last()) {
+            (Some(first), Some(last)) => (first.first_offset, last.end_offset()),
+            _ => (sealed_end, sealed_end),
+        };
+        if covered != (dropped_through, sealed_end) {
+            return Err(refuse(
+                index_path,
+                format!(
+                    "the segment index records offsets {}..{} but the sealed tier holds {dropped_through}..{sealed_end} (meta keys dropped_through and sealed_end): rows would be in no tier; restore meta.db or its segments table",
+                    covered.0, covered.1
+                ),
+            ));
+        }
         let recorded: HashSet<&str> = entries.iter().map(|e| e.file.as_str()).collect();
         let mut removed = Vec::new();
         let listing = std::fs::read_dir(&self.dir).map_err(StorageError::io(
@@ -335,8 +406,26 @@ impl SegmentIndex {
                 "listing the segments directory",
             ))?;
             let name = item.file_name().to_string_lossy().into_owned();
-            let ours = name.ends_with(TMP_SUFFIX) || name.ends_with(".parquet");
-            if ours && !recorded.contains(name.as_str()) {
+            if recorded.contains(name.as_str()) || !item.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            let leftover = if name.ends_with(TMP_SUFFIX) {
+                true
+            } else if let Some((first, last)) = parse_segment_file_name(&name) {
+                if last < dropped_through || first >= sealed_end {
+                    true
+                } else {
+                    return Err(refuse(
+                        item.path(),
+                        format!(
+                            "a sealed segment of offsets {first}..={last} that the segment index does not record, although it says offsets {dropped_through}..{sealed_end} are sealed: meta.db lost it (damaged, or restored from an older copy); restore meta.db, or move the file away to give its rows up"
+                        ),
+                    ));
+                }
+            } else {
+                false
+            };
+            if leftover {
                 let path = item.path();
                 std::fs::remove_file(&path).map_err(StorageError::io(
                     &path,
@@ -363,7 +452,7 @@ impl SegmentIndex {
                     return Err(StorageError::Corrupt {
                         path,
                         detail: format!(
-                            "sealed segment of offsets {}..={} recorded in the index is missing ({e}); restore the file, or remove its row from meta.db's segments table to give up those rows",
+                            "sealed segment of offsets {}..={} recorded in the index is missing ({e}); restore the file (rows cannot be given up from the middle of the sealed tier)",
                             entry.first_offset, entry.last_offset
                         ),
                     })
@@ -377,6 +466,31 @@ impl SegmentIndex {
             ))?;
         }
         Ok(removed)
+    }
+}
+
+/// `(first, last)` of a segment file name (`<first:020>-<last:020>.parquet`).
+pub fn parse_segment_file_name(name: &str) -> Option<(u64, u64)> {
+    let stem = name.strip_suffix(".parquet")?;
+    let (first, last) = stem.split_once('-')?;
+    if first.len() != 20 || last.len() != 20 {
+        return None;
+    }
+    Some((first.parse().ok()?, last.parse().ok()?))
+}
+
+/// CRC32C of a whole file (the check a reader makes against [`SegmentEntry::crc32c`]).
+pub fn file_crc32c(path: &Path) -> std::io::Result<u32> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut crc = 0u32;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok(crc);
+        }
+        crc = crc32c::crc32c_append(crc, &buf[..n]);
     }
 }
 

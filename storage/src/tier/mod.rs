@@ -58,7 +58,10 @@ mod row_encode;
 mod seal;
 mod segment_schema;
 
-pub use index::{segment_file_name, SegmentEntry, SegmentIndex, SEGMENTS_DIR_NAME, TMP_SUFFIX};
+pub use index::{
+    file_crc32c, parse_segment_file_name, segment_file_name, SegmentEntry, SegmentIndex,
+    SEGMENTS_DIR_NAME, TMP_SUFFIX,
+};
 pub use parquet_read::{
     ColumnPredicate, PredicateValue, ReadOptions, ReadStats, RowChunk, SegmentReader,
 };

@@ -83,7 +83,13 @@ fn write_and_record(
         }
     };
     let file = File::create(tmp).map_err(io("creating the segment file"))?;
-    let mut out = BufWriter::with_capacity(1 << 20, file);
+    let mut out = BufWriter::with_capacity(
+        1 << 20,
+        Crc32cWriter {
+            inner: file,
+            crc: 0,
+        },
+    );
     let mut writer = SegmentWriter::new(codec, &mut out, options)?;
     let mut next = from;
     let mut bytes = 0u64;
@@ -129,7 +135,7 @@ fn write_and_record(
         return Ok(None);
     }
     let stats = writer.finish()?;
-    let file = out
+    let Crc32cWriter { inner: file, crc } = out
         .into_inner()
         .map_err(|e| io("writing the segment file")(e.into_error()))?;
     file.sync_all().map_err(io("syncing the segment file"))?;
@@ -144,7 +150,7 @@ fn write_and_record(
         op: "syncing the segments directory",
         source,
     })?;
-    match index.record(&name, &stats, now_us()) {
+    match index.record(&name, &stats, now_us(), crc) {
         Ok(entry) => Ok(Some(entry)),
         Err(e) => {
             // not recorded: the file must not outlive this attempt (the next one rewrites it)
@@ -182,4 +188,22 @@ fn now_us() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+/// Passes writes through to `inner`, computing the CRC32C of everything written.
+struct Crc32cWriter<W> {
+    inner: W,
+    crc: u32,
+}
+
+impl<W: std::io::Write> std::io::Write for Crc32cWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc = crc32c::crc32c_append(self.crc, &buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
