@@ -7,7 +7,7 @@
 //! are deleted here, off the commit path), and the [`TierState`](super::TierState) counters.
 //!
 //! These threads never serve a client: they run at a lower CPU priority (nice 10; nice 0 while
-//! a stream is behind, see [`Priority`]), one stream at a time, with memory bounded by one
+//! a stream is behind, see `Priority`), one stream at a time, with memory bounded by one
 //! Parquet row group. A seal that fails (a full disk, an I/O error) records nothing, leaves the
 //! rows in the hot log and is tried again after a back-off that doubles from 1 s to 30 s; the
 //! error is logged once per distinct message and shown in `/stats`.
