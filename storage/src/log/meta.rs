@@ -258,24 +258,35 @@ impl MetaDb {
         marks: impl Iterator<Item = (&'m str, Mark)>,
     ) -> Result<(), StorageError> {
         let marks: HashMap<String, Mark> = marks.map(|(id, mark)| (id.to_owned(), mark)).collect();
-        let result = (|| -> rusqlite::Result<()> {
-            self.conn.execute_batch("BEGIN IMMEDIATE")?;
-            write_marks(&self.conn, &marks)?;
-            let mut update = self
-                .conn
-                .prepare("UPDATE meta SET value = ?2 WHERE key = ?1")?;
+        self.transaction("writing the marks snapshot and floor", |conn| {
+            write_marks(conn, &marks)?;
+            let mut update = conn.prepare("UPDATE meta SET value = ?2 WHERE key = ?1")?;
             update.execute(params!["floor", to_i64(floor)])?;
             update.execute(params!["marks_through", to_i64(through)])?;
             drop(update);
-            self.conn.execute(
+            conn.execute(
                 "UPDATE meta SET value = MAX(value, ?1) WHERE key = 'frontier'",
                 [to_i64(through)],
             )?;
+            Ok(())
+        })
+    }
+
+    /// Runs `body` in one `BEGIN IMMEDIATE` … `COMMIT` transaction, rolled back on any error,
+    /// which is reported as `op` on this database (the sealed tier's index writes through it too).
+    pub(crate) fn transaction(
+        &self,
+        op: &'static str,
+        body: impl FnOnce(&Connection) -> rusqlite::Result<()>,
+    ) -> Result<(), StorageError> {
+        let result = (|| -> rusqlite::Result<()> {
+            self.conn.execute_batch("BEGIN IMMEDIATE")?;
+            body(&self.conn)?;
             self.conn.execute_batch("COMMIT")
         })();
         result.map_err(|source| {
             self.rollback();
-            StorageError::sqlite(&self.path, "writing the marks snapshot and floor")(source)
+            StorageError::sqlite(&self.path, op)(source)
         })
     }
 

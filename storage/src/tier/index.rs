@@ -281,9 +281,7 @@ impl SegmentIndex {
             sealed_at_us,
             crc32c: Some(crc32c),
         };
-        let conn = self.db.conn();
-        let result = (|| -> rusqlite::Result<()> {
-            conn.execute_batch("BEGIN IMMEDIATE")?;
+        self.db.transaction("recording a sealed segment", |conn| {
             conn.execute(
                 "INSERT INTO segments(first_offset, last_offset, min_ts, max_ts, rows, bytes, \
                  file, columns, sealed_at_us, crc32c) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -304,13 +302,7 @@ impl SegmentIndex {
                 "UPDATE meta SET value = ?1 WHERE key = 'sealed_end'",
                 [to_i64(entry.end_offset())],
             )?;
-            conn.execute_batch("COMMIT")
-        })();
-        result.map_err(|source| {
-            if !conn.is_autocommit() {
-                let _ = conn.execute_batch("ROLLBACK");
-            }
-            StorageError::sqlite(path, "recording a sealed segment")(source)
+            Ok(())
         })?;
         Ok(entry)
     }
@@ -336,25 +328,18 @@ impl SegmentIndex {
                 ),
             });
         }
-        let conn = self.db.conn();
-        let result = (|| -> rusqlite::Result<()> {
-            conn.execute_batch("BEGIN IMMEDIATE")?;
-            conn.execute(
-                "DELETE FROM segments WHERE first_offset = ?1",
-                [to_i64(entry.first_offset)],
-            )?;
-            conn.execute(
-                "UPDATE meta SET value = ?1 WHERE key = 'dropped_through'",
-                [to_i64(entry.end_offset())],
-            )?;
-            conn.execute_batch("COMMIT")
-        })();
-        result.map_err(|source| {
-            if !conn.is_autocommit() {
-                let _ = conn.execute_batch("ROLLBACK");
-            }
-            StorageError::sqlite(path, "dropping a segment from the index")(source)
-        })?;
+        self.db
+            .transaction("dropping a segment from the index", |conn| {
+                conn.execute(
+                    "DELETE FROM segments WHERE first_offset = ?1",
+                    [to_i64(entry.first_offset)],
+                )?;
+                conn.execute(
+                    "UPDATE meta SET value = ?1 WHERE key = 'dropped_through'",
+                    [to_i64(entry.end_offset())],
+                )?;
+                Ok(())
+            })?;
         let file = self.path_of(entry);
         match std::fs::remove_file(&file) {
             Ok(()) => {}
