@@ -14,4 +14,5 @@
 pub mod json;
 pub mod log;
 pub mod schema;
+pub mod published;
 pub mod tier;
