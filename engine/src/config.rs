@@ -16,8 +16,16 @@
 //! segment_bytes = 67108864       # durable streams: bytes per preallocated hot-log segment file
 //! seal_target_bytes = 67108864   # durable streams: encoded row bytes per sealed Parquet segment
 //! seal_every_s = 60              # ... or seal whatever is unsealed once its oldest row is this old
-//! retention = "7d"               # drop sealed segments wholly older than this ("12h", "30m"); absent: keep
+//! retention = "7d"               # drop history (sealed and published) wholly older than this; absent: keep
+//! published = "local"            # where the Iceberg table goes: "local" (<data>/<stream>/published),
+//!                                # "file:///dir", "s3://bucket/prefix" (the `s3` feature), or "off"
+//! evict_after = "published"      # hot segments go once "published" (default with a location) or "sealed"
+//! published_grace_s = 600        # unreferenced published files are deleted after this long
 //! ```
+//!
+//! A top-level `published = "…"` is the default of every durable stream; `[s3]` holds
+//! `endpoint`, `region`, `access_key_id` and `secret_access_key` for `s3://` locations (each
+//! absent one falls back to the `AWS_*` environment; the keys are never logged or written).
 //!
 //! Top-level `write_timeout_s = 30` (1..=3600) is how long one write to a client may take before
 //! the connection is given up on (a subscriber, SSE reader or publisher that stopped reading).
@@ -60,7 +68,34 @@ pub struct Config {
     /// (`write_timeout_s`, default 30 s): a peer that stopped reading must not hold its
     /// descriptor and the shared batch buffers forever.
     pub write_timeout: Duration,
+    /// How to reach S3 for `s3://` published locations (`[s3]`, then the `AWS_*` environment).
+    pub s3: corecast_storage::published::S3Options,
 }
+
+/// Where a durable stream's history is published (`published`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Published {
+    /// Not published: no table, no stream metadata, the greeting names none.
+    Off,
+    /// The default: `<data>/<stream>/published/<stream>`, home `<data>/<stream>`.
+    #[default]
+    Local,
+    /// `file:///dir` or `s3://bucket/prefix`: home `<location>/<stream>`.
+    At(String),
+}
+
+/// When a durable stream's hot segments may be evicted (`evict_after`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EvictAfter {
+    /// Once their rows are in a sealed segment and published (the default while publishing).
+    #[default]
+    Published,
+    /// Once their rows are in a sealed segment.
+    Sealed,
+}
+
+/// The default of `published_grace_s`: how long a file no kept table version names stays.
+pub const DEFAULT_PUBLISHED_GRACE: Duration = Duration::from_secs(600);
 
 /// The default of `write_timeout_s`.
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -171,6 +206,12 @@ pub struct StreamConfig {
     pub seal_every: Duration,
     /// Sealed segments whose newest row is older than this are dropped; `None`: kept forever.
     pub retention: Option<Duration>,
+    /// Where the stream's history is published.
+    pub published: Published,
+    /// When hot segments may be evicted.
+    pub evict_after: EvictAfter,
+    /// How long published files no kept version names stay before they are deleted.
+    pub published_grace: Duration,
 }
 
 impl StreamConfig {
@@ -190,6 +231,13 @@ impl StreamConfig {
             seal_target_bytes: DEFAULT_SEAL_TARGET_BYTES,
             seal_every: Duration::from_secs(60),
             retention: None,
+            published: if durable {
+                Published::Local
+            } else {
+                Published::Off
+            },
+            evict_after: EvictAfter::Published,
+            published_grace: DEFAULT_PUBLISHED_GRACE,
         }
     }
 }
@@ -218,6 +266,17 @@ struct RawConfig {
     sse: Option<RawSse>,
     websocket: Option<RawWebsocket>,
     write_timeout_s: Option<i64>,
+    published: Option<String>,
+    s3: Option<RawS3>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawS3 {
+    endpoint: Option<String>,
+    region: Option<String>,
+    access_key_id: Option<String>,
+    secret_access_key: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -254,6 +313,37 @@ struct RawStream {
     seal_target_bytes: Option<i64>,
     seal_every_s: Option<toml::Value>,
     retention: Option<String>,
+    published: Option<String>,
+    evict_after: Option<String>,
+    published_grace_s: Option<i64>,
+}
+
+/// Parses a `published` value (`key` names it in errors).
+fn parse_published(text: &str) -> Result<Published, String> {
+    match text {
+        "off" => Ok(Published::Off),
+        "local" => Ok(Published::Local),
+        t if t.starts_with("file:///") || t.starts_with("s3://") => {
+            if t.starts_with("s3://")
+                && t.trim_start_matches("s3://")
+                    .split('/')
+                    .next()
+                    .unwrap_or("")
+                    .is_empty()
+            {
+                return Err(format!("{t:?} names no bucket (s3://bucket/prefix)"));
+            }
+            if cfg!(not(feature = "s3")) && t.starts_with("s3://") {
+                return Err(format!(
+                    "{t:?}: this corecast was built without S3 support; rebuild with `cargo build --features s3`"
+                ));
+            }
+            Ok(Published::At(t.trim_end_matches('/').to_string()))
+        }
+        t => Err(format!(
+            "{t:?} is not \"local\", \"off\", file:///absolute/dir or s3://bucket/prefix"
+        )),
+    }
 }
 
 /// Parses a retention period: a positive whole number and a unit, `s`, `m`, `h` or `d`
@@ -309,6 +399,7 @@ impl Config {
             http_api: HttpApiConfig::default(),
             keepalive: Some(KeepaliveConfig::default()),
             write_timeout: DEFAULT_WRITE_TIMEOUT,
+            s3: Default::default(),
         }
     }
 
@@ -348,6 +439,10 @@ impl Config {
         };
         let data_dir = base.join(raw.data_dir.unwrap_or_else(|| "data".into()));
         let mut seen = HashSet::new();
+        let default_published = match &raw.published {
+            Some(text) => Some(parse_published(text).map_err(|why| err("published", why))?),
+            None => None,
+        };
         let mut streams = Vec::new();
         for (i, s) in raw.stream.into_iter().enumerate() {
             let k = |f: &str| format!("stream[{i}].{f}");
@@ -479,6 +574,46 @@ impl Config {
                 sc.retention =
                     Some(parse_retention(text).map_err(|why| err(&k("retention"), why))?);
             }
+            if sc.durable {
+                if let Some(p) = &default_published {
+                    sc.published = p.clone();
+                }
+            }
+            if let Some(text) = &s.published {
+                tier_key("published")?;
+                sc.published = parse_published(text).map_err(|why| err(&k("published"), why))?;
+            }
+            match (s.evict_after.as_deref(), &sc.published) {
+                (None, Published::Off) => sc.evict_after = EvictAfter::Sealed,
+                (None, _) => {}
+                (Some("sealed"), _) => {
+                    tier_key("evict_after")?;
+                    sc.evict_after = EvictAfter::Sealed;
+                }
+                (Some("published"), Published::Off) => {
+                    return Err(err(
+                        &k("evict_after"),
+                        "\"published\" on a stream with published = \"off\": nothing would ever be evicted".into(),
+                    ))
+                }
+                (Some("published"), _) => tier_key("evict_after")?,
+                (Some(other), _) => {
+                    return Err(err(
+                        &k("evict_after"),
+                        format!("{other:?} is not \"published\" or \"sealed\""),
+                    ))
+                }
+            }
+            if let Some(n) = s.published_grace_s {
+                tier_key("published_grace_s")?;
+                if !(0..=30 * 86_400).contains(&n) {
+                    return Err(err(
+                        &k("published_grace_s"),
+                        format!("{n} is outside 0..=2592000 seconds (the default is 600)"),
+                    ));
+                }
+                sc.published_grace = Duration::from_secs(n as u64);
+            }
             streams.push(sc);
         }
         if streams.is_empty() {
@@ -548,6 +683,27 @@ impl Config {
         }
         let write_timeout = within(raw.write_timeout_s, "write_timeout_s", 1, 3600)?
             .map_or(DEFAULT_WRITE_TIMEOUT, Duration::from_secs);
+        let mut s3 = corecast_storage::published::S3Options::default();
+        if let Some(r) = raw.s3 {
+            if let Some(e) = &r.endpoint {
+                if !(e.starts_with("http://") || e.starts_with("https://")) {
+                    return Err(err(
+                        "s3.endpoint",
+                        format!("{e:?} is not an http:// or https:// URL"),
+                    ));
+                }
+            }
+            s3.endpoint = r.endpoint;
+            s3.region = r.region;
+            s3.access_key = r.access_key_id;
+            s3.secret_key = r.secret_access_key;
+            if s3.access_key.is_some() != s3.secret_key.is_some() {
+                return Err(err(
+                    "s3",
+                    "access_key_id and secret_access_key go together (or neither: the AWS_* environment)".into(),
+                ));
+            }
+        }
         Ok(Config {
             listen,
             data_dir,
@@ -556,6 +712,7 @@ impl Config {
             http_api: api,
             keepalive: keepalive_on.then_some(keepalive),
             write_timeout,
+            s3,
         })
     }
 }

@@ -23,11 +23,12 @@ use corecast_storage::schema::{RowCodec, Schema};
 use corecast_storage::tier::SegmentIndex;
 
 use crate::commit::writer::{Writer, WriterMsg};
-use crate::config::Config;
+use crate::config::{Config, Published};
 use crate::registry::{now_us, Registry, Stream, StreamStats};
 use crate::replay::ReaderPool;
 use crate::shard::{self, ShardMsg, ShardSetup, Shared};
 use crate::tier::maintenance::{Maintenance, TierJob};
+use crate::tier::publish::PublishJob;
 use crate::tier::TierState;
 
 /// Why the server could not start.
@@ -211,7 +212,7 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         };
         let dir = data_dir.join(&sc.name);
         let writer = owner(&sc.name, writers_n);
-        let mut tier_index: Option<(SegmentIndex, BufferReader)> = None;
+        let mut tier_index: Option<(SegmentIndex, BufferReader, Option<PublishJob>)> = None;
         let mut tiers = TierState::default();
         let (stream_id, end, earliest, metadata, hint) = if sc.durable {
             // the published form, so reformatting the schema file is not a schema change
@@ -281,17 +282,43 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
             }
             tiers = TierState::new(entries, sealed_end);
             let earliest = tiers.earliest(hot_floor);
-            tier_index = Some((index_db, buffer.reader().map_err(|e| serr(e.to_string()))?));
             let id = buffer.stream_id().to_string();
+            // the published tier: where the table and the stream metadata go
+            let layout = match &sc.published {
+                Published::Off => None,
+                Published::Local => Some(
+                    corecast_storage::published::Layout::local(&dir, &sc.name)
+                        .map_err(|e| serr(format!("published: {e}")))?,
+                ),
+                Published::At(location) => Some(
+                    corecast_storage::published::Layout::at(location, &sc.name, &cfg.s3)
+                        .map_err(|e| serr(format!("published: {e}")))?,
+                ),
+            };
+            let (metadata, hint) = match &layout {
+                Some(l) => (Some(l.metadata_uri()), Some(l.metadata_hint_uri())),
+                None => (None, None),
+            };
+            let publish = layout.map(|layout| {
+                tracing::info!(stream = %sc.name, "publishes its history to {}", layout.table.base());
+                tiers.publishing.store(true, Ordering::Relaxed);
+                let info = corecast_storage::published::StreamInfo {
+                    stream_id: id.clone(),
+                    schema_json: published.clone(),
+                    segment_schema: corecast_storage::tier::segment_schema(&match &schema {
+                        Some(s) => RowCodec::Schema(s.clone()),
+                        None => RowCodec::Schemaless,
+                    }),
+                };
+                PublishJob::new(layout, info, index_db.dir().to_path_buf())
+            });
+            tier_index = Some((
+                index_db,
+                buffer.reader().map_err(|e| serr(e.to_string()))?,
+                publish,
+            ));
             buffers[writer].push((index, buffer));
-            let base = format!("file://{}/{}", dir.display(), sc.name);
-            (
-                Some(id),
-                end,
-                earliest,
-                Some(format!("{base}.metadata.json")),
-                Some(format!("{base}.metadata/version-hint.text")),
-            )
+            (Some(id), end, earliest, metadata, hint)
         } else {
             live[writer].push(index);
             (None, 1, 1, None, None)
@@ -346,10 +373,10 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
     }
     let jobs = tier_jobs
         .into_iter()
-        .map(|(i, (index, reader))| {
+        .map(|(i, (index, reader, publish))| {
             let st = registry.streams[i].clone();
             let writer = writer_senders[st.writer].clone();
-            TierJob::new(st, index, reader, writer)
+            TierJob::new(st, index, reader, writer, publish)
         })
         .collect();
     let maintenance = Maintenance::start(jobs, (cores / 4).max(1))

@@ -268,7 +268,8 @@ fn replay_window(st: &Stream, n: u64, head: u64) -> Result<u64, Refusal> {
     }
     if let Some(max) = st.cfg.max_replay {
         let behind = head - first;
-        if behind > max {
+        // rows at or past the table's end are nowhere else: a catch-up resumes exactly there
+        if behind > max && !st.tiers.beyond_published(first) {
             return refuse(NotReplayable::TooOld {
                 offset: first,
                 behind,

@@ -329,6 +329,7 @@ fn tier_metrics(o: &mut String, shared: &Shared, names: &[String]) {
         lag_rows: u64,
         lag_s: f64,
         earliest: u64,
+        publish_lag: (u64, f64),
     }
     let now = crate::registry::now_us();
     let tiers: Vec<(usize, Tiers)> = shared
@@ -357,6 +358,7 @@ fn tier_metrics(o: &mut String, shared: &Shared, names: &[String]) {
                     lag_rows,
                     lag_s,
                     earliest: st.earliest.load(Ordering::Acquire).min(end).max(1),
+                    publish_lag: t.publish_lag(end, now),
                 },
             )
         })
@@ -447,6 +449,67 @@ fn tier_metrics(o: &mut String, shared: &Shared, names: &[String]) {
     for (name, kind, help, f) in simple {
         family(o, name, kind, help);
         for (i, t) in &tiers {
+            let _ = writeln!(o, "{name}{{stream=\"{}\"}} {}", names[*i], f(*i, t));
+        }
+    }
+    // the published table, for the streams that publish
+    let publishing: Vec<&(usize, Tiers)> = tiers
+        .iter()
+        .filter(|(i, _)| {
+            shared.registry.streams[*i]
+                .tiers
+                .publishing
+                .load(Ordering::Relaxed)
+        })
+        .collect();
+    let tier = |i: usize| &shared.registry.streams[i].tiers;
+    let published: [(&str, &str, &str, Value); 6] = [
+        (
+            "corecast_published_end_offset",
+            "gauge",
+            "The offset after the last row in the stream's published table (1: none yet).",
+            &|i, _| {
+                tier(i)
+                    .published_end
+                    .load(Ordering::Acquire)
+                    .max(1)
+                    .to_string()
+            },
+        ),
+        (
+            "corecast_published_rows",
+            "gauge",
+            "Rows in the stream's published table.",
+            &|i, _| tier(i).published_rows.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "corecast_publish_lag_rows",
+            "gauge",
+            "Committed rows not in the published table yet.",
+            &|_, t| t.publish_lag.0.to_string(),
+        ),
+        (
+            "corecast_publish_lag_seconds",
+            "gauge",
+            "Age of the oldest row not published yet (0 when every row is published).",
+            &|_, t| t.publish_lag.1.to_string(),
+        ),
+        (
+            "corecast_publishes_total",
+            "counter",
+            "Commits to the published table since start.",
+            &|i, _| tier(i).publishes.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "corecast_publish_failures_total",
+            "counter",
+            "Publish attempts that failed since start (each retried; readers see no change).",
+            &|i, _| tier(i).publish_failures.load(Ordering::Relaxed).to_string(),
+        ),
+    ];
+    for (name, kind, help, f) in published {
+        family(o, name, kind, help);
+        for (i, t) in &publishing {
             let _ = writeln!(o, "{name}{{stream=\"{}\"}} {}", names[*i], f(*i, t));
         }
     }

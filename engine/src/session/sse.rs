@@ -251,7 +251,7 @@ fn start_offset(st: &Stream, from: Start, head: u64) -> (u64, Option<Skipped>) {
     let mut first = held;
     let mut max_replay = None;
     if let Some(max) = st.cfg.max_replay {
-        if head.saturating_sub(max) > first {
+        if head.saturating_sub(max) > first && !st.tiers.beyond_published(first) {
             first = head.saturating_sub(max);
             max_replay = Some(max);
         }

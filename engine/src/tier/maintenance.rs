@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use corecast_storage::log::BufferReader;
 use corecast_storage::tier::{drop_expired, seal_next, SealCut, SealOptions, SegmentIndex};
 
+use super::publish::PublishJob;
 use crate::commit::writer::WriterMsg;
+use crate::config::EvictAfter;
 use crate::registry::{now_us, Stream};
 
 /// How often each stream is looked at when nothing is due.
@@ -44,15 +46,19 @@ pub struct TierJob {
     backoff: Duration,
     /// `(offset, ts)` of the oldest unsealed row, read once per `sealed_end`.
     oldest: Option<(u64, i64)>,
+    /// Publishing (`None`: `published = "off"`).
+    publish: Option<PublishJob>,
 }
 
 impl TierJob {
-    /// A job over `stream`'s opened `index`, read through `reader`, evicting through `writer`.
+    /// A job over `stream`'s opened `index`, read through `reader`, evicting through `writer`,
+    /// publishing through `publish`.
     pub fn new(
         stream: Arc<Stream>,
         index: SegmentIndex,
         reader: BufferReader,
         writer: crossbeam_channel::Sender<WriterMsg>,
+        publish: Option<PublishJob>,
     ) -> TierJob {
         TierJob {
             stream,
@@ -62,6 +68,7 @@ impl TierJob {
             retry_at: None,
             backoff: FIRST_BACKOFF,
             oldest: None,
+            publish,
         }
     }
 }
@@ -160,6 +167,9 @@ fn turn(job: &mut TierJob, options: &SealOptions, priority: &mut Priority) -> bo
             }
         }
     }
+    if let Some(p) = job.publish.as_mut() {
+        more |= p.turn(&st);
+    }
     if let Err(e) = evict(job) {
         note_error(&st, format!("evicting hot segments: {e}"));
     }
@@ -250,7 +260,16 @@ fn evict(job: &mut TierJob) -> Result<(), String> {
     // whole segments below sealed_end, never the newest: commits append to it, and evicting
     // it would make the next commit create a segment itself (on the commit path, and failing
     // when the disk is full)
-    let below = sealed_end.min(extent.newest_first);
+    let mut below = sealed_end.min(extent.newest_first);
+    if st.cfg.evict_after == EvictAfter::Published {
+        // only what the table holds (nothing until the publisher has opened)
+        below = below.min(
+            job.publish
+                .as_ref()
+                .and_then(|p| p.published_end())
+                .unwrap_or(0),
+        );
+    }
     if extent.floor >= below || extent.segments <= 1 {
         return Ok(());
     }

@@ -14,6 +14,7 @@
 //! hot floor.
 
 pub mod maintenance;
+pub mod publish;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -46,6 +47,28 @@ pub struct TierState {
     pub expired_segments: AtomicU64,
     /// The last maintenance error, if the last attempt failed.
     pub last_error: Mutex<Option<String>>,
+    /// Whether the stream publishes its history (`published` is not `"off"`).
+    pub publishing: std::sync::atomic::AtomicBool,
+    /// The first published offset (0: nothing published).
+    pub published_floor: AtomicU64,
+    /// The offset after the last published row (1: nothing published yet).
+    pub published_end: AtomicU64,
+    /// Live data files in the table, their rows and bytes.
+    pub published_files: AtomicU64,
+    /// Rows in them.
+    pub published_rows: AtomicU64,
+    /// Bytes in them.
+    pub published_bytes: AtomicU64,
+    /// The table's current metadata version (0: none).
+    pub table_version: AtomicU64,
+    /// `streamcast_ts` of the oldest row not published yet (0: none).
+    pub oldest_unpublished_ts_us: AtomicI64,
+    /// Commits to the table since start.
+    pub publishes: AtomicU64,
+    /// Publish attempts that failed since start (each retried with a capped back-off).
+    pub publish_failures: AtomicU64,
+    /// The last publishing error, if the last attempt failed.
+    pub publish_error: Mutex<Option<String>>,
 }
 
 impl TierState {
@@ -103,6 +126,43 @@ impl TierState {
         (rows, secs)
     }
 
+    /// The unpublished rows' lag: `(rows, seconds)` (both 0 when the stream does not publish).
+    pub fn publish_lag(&self, end: u64, now_us: i64) -> (u64, f64) {
+        if !self.publishing.load(Ordering::Relaxed) {
+            return (0, 0.0);
+        }
+        let rows = end.saturating_sub(self.published_end.load(Ordering::Acquire).max(1));
+        let oldest = self.oldest_unpublished_ts_us.load(Ordering::Acquire);
+        let secs = if rows == 0 || oldest == 0 {
+            0.0
+        } else {
+            (now_us - oldest).max(0) as f64 / 1e6
+        };
+        (rows, secs)
+    }
+
+    /// Whether a resume at `offset` asks for rows only the server holds: the table has rows
+    /// and `offset` is at or past its end. Such a resume is never refused as `too_old`
+    /// (the catch-up client resumes exactly there after reading the table).
+    pub fn beyond_published(&self, offset: u64) -> bool {
+        let floor = self.published_floor.load(Ordering::Acquire);
+        let end = self.published_end.load(Ordering::Acquire);
+        self.publishing.load(Ordering::Relaxed) && floor > 0 && end > floor && offset >= end
+    }
+
+    /// Notes a publishing error (kept for `/stats` until the next success).
+    pub fn set_publish_error(&self, error: Option<String>) {
+        *self.publish_error.lock().unwrap_or_else(|p| p.into_inner()) = error;
+    }
+
+    /// The last publishing error, if any.
+    pub fn publish_error(&self) -> Option<String> {
+        self.publish_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Notes an error (kept for `/stats` until the next success).
     pub fn set_error(&self, error: Option<String>) {
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = error;
@@ -150,7 +210,7 @@ pub fn tiers_json(st: &crate::registry::Stream) -> String {
     let mut s = String::with_capacity(512);
     let _ = write!(
         s,
-        "{{\"earliest_offset\":{},\"hot\":{{\"segments\":{},\"rows\":{},\"bytes\":{},\"first_offset\":{},\"last_offset\":{}}},\"sealed\":{{\"segments\":{},\"rows\":{},\"bytes\":{},\"first_offset\":{},\"last_offset\":{}}},\"seal_lag\":{{\"rows\":{},\"bytes\":{},\"seconds\":{}}},\"seal_target_bytes\":{},\"seal_every_s\":{},\"retention_s\":{},\"seals\":{},\"seal_failures\":{},\"evicted_segments\":{},\"expired_segments\":{},\"last_error\":{}}}",
+        "{{\"earliest_offset\":{},\"hot\":{{\"segments\":{},\"rows\":{},\"bytes\":{},\"first_offset\":{},\"last_offset\":{}}},\"sealed\":{{\"segments\":{},\"rows\":{},\"bytes\":{},\"first_offset\":{},\"last_offset\":{}}},\"seal_lag\":{{\"rows\":{},\"bytes\":{},\"seconds\":{}}},\"seal_target_bytes\":{},\"seal_every_s\":{},\"retention_s\":{},\"seals\":{},\"seal_failures\":{},\"evicted_segments\":{},\"expired_segments\":{},\"last_error\":{},\"published\":{}}}",
         st.earliest.load(Ordering::Acquire).min(end).max(1),
         t.hot_segments.load(Ordering::Relaxed),
         hot_rows,
@@ -174,6 +234,49 @@ pub fn tiers_json(st: &crate::registry::Stream) -> String {
         t.expired_segments.load(Ordering::Relaxed),
         t.error()
             .map_or("null".into(), |e| sonic_rs::to_string(&e).unwrap_or_default()),
+        published_json(st, end),
     );
     s
+}
+
+/// The `published` object inside `tiers` (`null` when the stream does not publish):
+/// `{"location":URI,"metadata_hint":URI,"first_offset":F,"end_offset":E,"files":N,"rows":R,
+/// "bytes":B,"version":V,"lag":{"rows":R,"seconds":S},"evict_after":…,"publishes":N,
+/// "failures":N,"last_error":…}`.
+fn published_json(st: &crate::registry::Stream, end: u64) -> String {
+    let t = &st.tiers;
+    if !t.publishing.load(Ordering::Relaxed) {
+        return "null".into();
+    }
+    let js = |v: Option<&str>| {
+        v.map_or("null".to_string(), |v| {
+            sonic_rs::to_string(&v).unwrap_or_default()
+        })
+    };
+    let floor = t.published_floor.load(Ordering::Acquire);
+    let (lag_rows, lag_s) = t.publish_lag(end, crate::registry::now_us());
+    let location = match &st.cfg.published {
+        crate::config::Published::At(l) => l.clone(),
+        _ => format!("file://{}/published", st.dir.display()),
+    };
+    format!(
+        "{{\"location\":{},\"metadata_hint\":{},\"first_offset\":{},\"end_offset\":{},\"files\":{},\"rows\":{},\"bytes\":{},\"version\":{},\"lag\":{{\"rows\":{},\"seconds\":{}}},\"evict_after\":{},\"publishes\":{},\"failures\":{},\"last_error\":{}}}",
+        js(Some(&location)),
+        js(st.metadata_hint.as_deref()),
+        if floor == 0 { "null".to_string() } else { floor.to_string() },
+        t.published_end.load(Ordering::Acquire).max(1),
+        t.published_files.load(Ordering::Relaxed),
+        t.published_rows.load(Ordering::Relaxed),
+        t.published_bytes.load(Ordering::Relaxed),
+        t.table_version.load(Ordering::Relaxed),
+        lag_rows,
+        lag_s,
+        js(Some(match st.cfg.evict_after {
+            crate::config::EvictAfter::Published => "published",
+            crate::config::EvictAfter::Sealed => "sealed",
+        })),
+        t.publishes.load(Ordering::Relaxed),
+        t.publish_failures.load(Ordering::Relaxed),
+        js(t.publish_error().as_deref()),
+    )
 }

@@ -1,0 +1,1015 @@
+//! The publisher of one stream: commits its sealed segments to the stream's Iceberg table, one
+//! snapshot per commit, keeps the stream metadata in step, applies retention and deletes files
+//! no kept version names once a grace period has passed.
+//!
+//! In: the stream's `meta.db` (the publisher's own tables beside the segment index), its
+//! [`Layout`], and sealed segments in offset order. Out: files in the stores, and the
+//! published extent `[floor, end)`.
+//!
+//! # A commit, and what a crash leaves
+//!
+//! 1. The plan (version `N`, its stem, snapshot id, every key it will write) is recorded in
+//!    `meta.db` as the pending commit.
+//! 2. Bottom up, each name written once: the data files, the manifest (every live file: the
+//!    new ones `ADDED`, the others `EXISTING` with their sequence numbers), the manifest list
+//!    (naming that one manifest), the table metadata `N`.
+//! 3. The Iceberg `version-hint.text` (the stem): the commit point. A reader that resolves the
+//!    hint sees version `N` whole, or the one before it whole: never a torn table.
+//! 4. `meta.db`: the files, the version, the pending plan cleared, in one transaction.
+//!
+//! At open a pending plan is resolved against the hint: if the hint names its stem the commit
+//! happened and step 4 is applied; otherwise nothing of it was ever visible and its objects are
+//! deleted. So after any crash the table converges to a state whose rows are each published
+//! exactly once, with no hole: the next commit starts where the last visible one ended.
+//!
+//! # Versions and garbage
+//!
+//! The newest [`KEEP_VERSIONS`] table metadata versions are kept, with everything they name. An
+//! older version's files, and a data file no kept version names (retention removed it), are
+//! deleted once the commit that superseded them is older than the grace period: a reader that
+//! resolved the previous hint just before a commit can still finish.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use arrow_schema::SchemaRef;
+use rusqlite::{params, OptionalExtension};
+use serde_json::{json, Value};
+
+use super::avro::{manifest_bytes, manifest_list_bytes, ManifestEntry, ManifestFile};
+use super::iceberg::{long_bound, table_schema, SnapshotInfo, TableMetadata};
+use super::layout::{stream_metadata, Layout};
+use super::PublishError;
+use crate::log::meta::{to_i64, MetaDb, META_FILE_NAME};
+use crate::log::StorageError;
+
+/// Table metadata versions kept (and the stream metadata's).
+pub const KEEP_VERSIONS: u64 = 10;
+
+const CREATE: &str = "
+CREATE TABLE IF NOT EXISTS published_files(
+    first_offset INTEGER PRIMARY KEY,
+    last_offset INTEGER NOT NULL,
+    rows INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    min_ts INTEGER NOT NULL,
+    max_ts INTEGER NOT NULL,
+    key TEXT NOT NULL UNIQUE,
+    snapshot_id INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    removed_version INTEGER,
+    removed_at_us INTEGER
+);
+CREATE TABLE IF NOT EXISTS published_versions(
+    version INTEGER PRIMARY KEY,
+    doc TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS published_state(
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+";
+
+/// What the publisher needs to know of its stream.
+#[derive(Debug, Clone)]
+pub struct StreamInfo {
+    /// The stream's UUID (the greeting's `stream_id`).
+    pub stream_id: String,
+    /// The published JSON Schema of its declared columns (`None`: schema-less).
+    pub schema_json: Option<String>,
+    /// The sealed segments' Arrow schema, field ids included.
+    pub segment_schema: SchemaRef,
+}
+
+/// A sealed segment to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentToPublish {
+    /// Its first offset.
+    pub first_offset: u64,
+    /// Its last offset.
+    pub last_offset: u64,
+    /// Rows (`last - first + 1`).
+    pub rows: u64,
+    /// The file's size.
+    pub bytes: u64,
+    /// Its smallest `streamcast_ts`.
+    pub min_ts: i64,
+    /// Its largest `streamcast_ts`.
+    pub max_ts: i64,
+    /// The sealed file on local disk.
+    pub path: PathBuf,
+}
+
+/// A live (or removed, not yet deleted) data file of the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PubFile {
+    first: u64,
+    last: u64,
+    rows: u64,
+    bytes: u64,
+    min_ts: i64,
+    max_ts: i64,
+    key: String,
+    snapshot_id: i64,
+    seq: i64,
+}
+
+/// One committed table version as `meta.db` keeps it.
+#[derive(Debug, Clone)]
+struct Version {
+    version: u64,
+    stem: String,
+    list_key: String,
+    manifest_key: String,
+    committed_at_us: i64,
+    snapshot: SnapshotInfo,
+}
+
+/// What `/stats` shows of a publisher.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PublishStatus {
+    /// The first published offset (`None`: nothing published).
+    pub floor: Option<u64>,
+    /// The offset after the last published row.
+    pub end: u64,
+    /// Live data files.
+    pub files: u64,
+    /// Rows in them.
+    pub rows: u64,
+    /// Bytes in them.
+    pub bytes: u64,
+    /// The current table version (0: none).
+    pub version: u64,
+    /// `max_ts` of the last published row's file.
+    pub last_max_ts: Option<i64>,
+}
+
+/// The publisher of one stream's table. Runs on a maintenance thread.
+pub struct Publisher {
+    db: MetaDb,
+    layout: Layout,
+    info: StreamInfo,
+    grace: Duration,
+    table_uuid: String,
+    files: Vec<PubFile>,
+    versions: Vec<Version>,
+    end: u64,
+    notes: Vec<String>,
+}
+
+fn sql<'d>(db: &'d MetaDb, op: &'static str) -> impl Fn(rusqlite::Error) -> PublishError + 'd {
+    move |e| PublishError::Storage(StorageError::sqlite(db.path(), op)(e))
+}
+
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+fn snapshot_id() -> i64 {
+    // positive, 63 bits, as Java's and pyiceberg's
+    (uuid::Uuid::new_v4().as_u128() >> 65) as i64
+}
+
+impl Publisher {
+    /// Opens the publisher of the stream in `stream_dir` (its hot log and segment index already
+    /// opened), resolving a commit a crash left pending. `earliest` is the stream's first held
+    /// offset, the stream metadata's `start_offset` while nothing is published.
+    pub fn open(
+        stream_dir: &Path,
+        layout: Layout,
+        info: StreamInfo,
+        grace: Duration,
+        earliest: u64,
+    ) -> Result<Publisher, PublishError> {
+        let db = MetaDb::connect(&stream_dir.join(META_FILE_NAME), false)?;
+        db.conn()
+            .execute_batch(CREATE)
+            .map_err(sql(&db, "creating the published tables"))?;
+        let mut p = Publisher {
+            db,
+            layout,
+            info,
+            grace,
+            table_uuid: String::new(),
+            files: Vec::new(),
+            versions: Vec::new(),
+            end: earliest,
+            notes: Vec::new(),
+        };
+        let location = p.layout.table.base().to_string();
+        match p.state("location")? {
+            Some(l) if l == location => {}
+            Some(old) => {
+                // a new location starts a new table; the old one is left as it is
+                p.notes.push(format!(
+                    "the published location changed from {old} to {location}: starting a new table there (the old one is left as it is)"
+                ));
+                p.db.transaction("starting a new published table", |c| {
+                    c.execute_batch(
+                        "DELETE FROM published_files; DELETE FROM published_versions; DELETE FROM published_state;",
+                    )
+                })?;
+            }
+            None => {}
+        }
+        if p.state("table_uuid")?.is_none() {
+            let id = uuid::Uuid::new_v4().to_string();
+            let loc = location.clone();
+            p.db.transaction("minting the published table", |c| {
+                c.execute(
+                    "INSERT OR REPLACE INTO published_state(key, value) VALUES ('table_uuid', ?1), ('location', ?2)",
+                    params![id, loc],
+                )?;
+                Ok(())
+            })?;
+        }
+        p.table_uuid = p.state("table_uuid")?.unwrap_or_default();
+        p.settle()?;
+        if p.files.is_empty() && p.end < earliest {
+            p.end = earliest;
+        }
+        p.ensure_stream_metadata()?;
+        Ok(p)
+    }
+
+    /// What happened at open that the operator should hear of (the engine logs them).
+    pub fn take_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notes)
+    }
+
+    /// Resolves a pending plan (a crash, or a commit that failed half way) and reloads the
+    /// state, so the next plan starts from what readers see.
+    fn settle(&mut self) -> Result<(), PublishError> {
+        self.load()?;
+        if self.state("pending")?.is_some() {
+            self.recover()?;
+            self.load()?;
+        }
+        if let Some(e) = self.state("end")?.and_then(|v| v.parse().ok()) {
+            self.end = e;
+        }
+        Ok(())
+    }
+
+    fn state(&self, key: &str) -> Result<Option<String>, PublishError> {
+        self.db
+            .conn()
+            .query_row(
+                "SELECT value FROM published_state WHERE key = ?1",
+                params![key],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()
+            .map_err(sql(&self.db, "reading the published state"))
+    }
+
+    fn load(&mut self) -> Result<(), PublishError> {
+        let mut stmt = self
+            .db
+            .conn()
+            .prepare(
+                "SELECT first_offset, last_offset, rows, bytes, min_ts, max_ts, key, snapshot_id, seq
+                 FROM published_files WHERE removed_version IS NULL ORDER BY first_offset",
+            )
+            .map_err(sql(&self.db, "reading the published files"))?;
+        let files = stmt
+            .query_map([], |r| {
+                Ok(PubFile {
+                    first: r.get::<_, i64>(0)? as u64,
+                    last: r.get::<_, i64>(1)? as u64,
+                    rows: r.get::<_, i64>(2)? as u64,
+                    bytes: r.get::<_, i64>(3)? as u64,
+                    min_ts: r.get(4)?,
+                    max_ts: r.get(5)?,
+                    key: r.get(6)?,
+                    snapshot_id: r.get(7)?,
+                    seq: r.get(8)?,
+                })
+            })
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(sql(&self.db, "reading the published files"))?;
+        drop(stmt);
+        for w in files.windows(2) {
+            if w[1].first != w[0].last + 1 {
+                return Err(PublishError::Invariant(format!(
+                    "{}: the published files leave a hole between offsets {} and {}",
+                    self.db.path().display(),
+                    w[0].last,
+                    w[1].first
+                )));
+            }
+        }
+        self.files = files;
+        let mut stmt = self
+            .db
+            .conn()
+            .prepare("SELECT doc FROM published_versions ORDER BY version")
+            .map_err(sql(&self.db, "reading the published versions"))?;
+        let docs = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(sql(&self.db, "reading the published versions"))?;
+        drop(stmt);
+        self.versions = docs
+            .iter()
+            .map(|d| version_from_json(d))
+            .collect::<Result<_, _>>()?;
+        Ok(())
+    }
+
+    /// The table's layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The offset after the last published row: rows below it (and at or above the floor) are
+    /// in the table.
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// What `/stats` shows.
+    pub fn status(&self) -> PublishStatus {
+        PublishStatus {
+            floor: self.files.first().map(|f| f.first),
+            end: self.end,
+            files: self.files.len() as u64,
+            rows: self.files.iter().map(|f| f.rows).sum(),
+            bytes: self.files.iter().map(|f| f.bytes).sum(),
+            version: self.versions.last().map_or(0, |v| v.version),
+            last_max_ts: self.files.last().map(|f| f.max_ts),
+        }
+    }
+
+    /// Publishes `segments` (contiguous, in offset order, starting at [`Publisher::end`] — or
+    /// anywhere while the table is empty) as one `append` snapshot. A segment that starts above
+    /// the end while the table holds rows (retention dropped the ones between before they were
+    /// published) first removes every live file, so the table never has a hole.
+    pub fn append(&mut self, segments: &[SegmentToPublish]) -> Result<(), PublishError> {
+        let Some(first) = segments.first() else {
+            return Ok(());
+        };
+        self.settle()?;
+        for w in segments.windows(2) {
+            if w[1].first_offset != w[0].last_offset + 1 {
+                return Err(PublishError::Invariant(format!(
+                    "segments to publish are not contiguous: {} then {}",
+                    w[0].last_offset, w[1].first_offset
+                )));
+            }
+        }
+        if first.first_offset < self.end {
+            return Err(PublishError::Invariant(format!(
+                "offset {} is already published (the table ends at {})",
+                first.first_offset, self.end
+            )));
+        }
+        if first.first_offset > self.end && !self.files.is_empty() {
+            let all = self.files.len();
+            self.remove_first(all)?;
+            self.notes.push(format!(
+                "offsets {}..{} were dropped by retention before they were published: the table restarts at {}",
+                self.end,
+                first.first_offset,
+                first.first_offset
+            ));
+        }
+        let version = self.next_version();
+        let sid = snapshot_id();
+        let seq = self.versions.last().map_or(0, |v| v.snapshot.sequence) + 1;
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let added: Vec<PubFile> = segments
+            .iter()
+            .map(|s| PubFile {
+                first: s.first_offset,
+                last: s.last_offset,
+                rows: s.rows,
+                bytes: s.bytes,
+                min_ts: s.min_ts,
+                max_ts: s.max_ts,
+                key: format!(
+                    "data/{:020}-{:020}-{}.parquet",
+                    s.first_offset,
+                    s.last_offset + 1,
+                    &token[..8]
+                ),
+                snapshot_id: sid,
+                seq,
+            })
+            .collect();
+        let uploads: Vec<(String, PathBuf)> = added
+            .iter()
+            .zip(segments)
+            .map(|(f, s)| (f.key.clone(), s.path.clone()))
+            .collect();
+        let mut live = self.files.clone();
+        live.extend(added.iter().cloned());
+        let plan = Plan {
+            version,
+            stem: format!("{version:05}-{}", uuid::Uuid::new_v4()),
+            snapshot_id: sid,
+            seq,
+            operation: "append",
+            added: added.clone(),
+            removed: Vec::new(),
+            manifest_key: format!("metadata/{}-m0.avro", uuid::Uuid::new_v4()),
+            list_key: format!("metadata/snap-{sid}-1-{}.avro", uuid::Uuid::new_v4()),
+        };
+        self.commit(plan, &live, &uploads)?;
+        self.ensure_stream_metadata()
+    }
+
+    /// Retention: removes the leading live files whose newest row is older than `cutoff_us`
+    /// (one `delete` snapshot); returns how many.
+    pub fn expire(&mut self, cutoff_us: i64) -> Result<usize, PublishError> {
+        self.settle()?;
+        let n = self
+            .files
+            .iter()
+            .take_while(|f| f.max_ts < cutoff_us)
+            .count();
+        if n > 0 {
+            self.remove_first(n)?;
+            self.ensure_stream_metadata()?;
+        }
+        Ok(n)
+    }
+
+    fn remove_first(&mut self, n: usize) -> Result<(), PublishError> {
+        let version = self.next_version();
+        let sid = snapshot_id();
+        let seq = self.versions.last().map_or(0, |v| v.snapshot.sequence) + 1;
+        let removed: Vec<PubFile> = self.files[..n].to_vec();
+        let live: Vec<PubFile> = self.files[n..].to_vec();
+        let plan = Plan {
+            version,
+            stem: format!("{version:05}-{}", uuid::Uuid::new_v4()),
+            snapshot_id: sid,
+            seq,
+            operation: "delete",
+            added: Vec::new(),
+            removed,
+            manifest_key: format!("metadata/{}-m0.avro", uuid::Uuid::new_v4()),
+            list_key: format!("metadata/snap-{sid}-1-{}.avro", uuid::Uuid::new_v4()),
+        };
+        self.commit(plan, &live, &[])
+    }
+
+    fn next_version(&self) -> u64 {
+        self.versions.last().map_or(0, |v| v.version) + 1
+    }
+
+    /// Steps 1–4 of the module docs for `plan`, whose table after it holds `live`.
+    fn commit(
+        &mut self,
+        plan: Plan,
+        live: &[PubFile],
+        uploads: &[(String, PathBuf)],
+    ) -> Result<(), PublishError> {
+        let table = self.layout.table.clone();
+        let metadata_key = format!("metadata/{}.metadata.json", plan.stem);
+        // 1. the plan
+        let mut keys: Vec<String> = plan.added.iter().map(|f| f.key.clone()).collect();
+        keys.extend([
+            plan.manifest_key.clone(),
+            plan.list_key.clone(),
+            metadata_key.clone(),
+        ]);
+        let pending = plan.to_json(&keys).to_string();
+        self.db.transaction("recording a pending publish", |c| {
+            c.execute(
+                "INSERT OR REPLACE INTO published_state(key, value) VALUES ('pending', ?1)",
+                params![pending],
+            )?;
+            Ok(())
+        })?;
+        // 2. bottom up
+        for (key, path) in uploads {
+            table.put_file(key, path)?;
+        }
+        let schema_json = table_schema(&self.info.segment_schema)?.to_string();
+        let entries: Vec<ManifestEntry> = live
+            .iter()
+            .map(|f| {
+                let added = f.snapshot_id == plan.snapshot_id;
+                let ts_id = self.info.segment_schema.fields().len() as i32;
+                ManifestEntry {
+                    status: if added { 1 } else { 0 },
+                    snapshot_id: f.snapshot_id,
+                    sequence: (!added).then_some(f.seq),
+                    file_path: table.uri(&f.key),
+                    record_count: f.rows as i64,
+                    file_size: f.bytes as i64,
+                    bounds: vec![
+                        (1, long_bound(f.first as i64), long_bound(f.last as i64)),
+                        (ts_id, long_bound(f.min_ts), long_bound(f.max_ts)),
+                    ],
+                    split_offsets: Vec::new(),
+                }
+            })
+            .collect();
+        let manifest = manifest_bytes(&entries, &schema_json)?;
+        table.put(&plan.manifest_key, &manifest)?;
+        let added_rows: u64 = plan.added.iter().map(|f| f.rows).sum();
+        let existing: Vec<&PubFile> = live
+            .iter()
+            .filter(|f| f.snapshot_id != plan.snapshot_id)
+            .collect();
+        let manifests = if live.is_empty() {
+            Vec::new()
+        } else {
+            vec![ManifestFile {
+                path: table.uri(&plan.manifest_key),
+                length: manifest.len() as i64,
+                sequence: plan.seq,
+                min_sequence: live.iter().map(|f| f.seq).min().unwrap_or(plan.seq),
+                added_snapshot_id: plan.snapshot_id,
+                added_files: plan.added.len() as i32,
+                added_rows: added_rows as i64,
+                existing_files: existing.len() as i32,
+                existing_rows: existing.iter().map(|f| f.rows as i64).sum(),
+            }]
+        };
+        let parent = self.versions.last().map(|v| v.snapshot.snapshot_id);
+        let list = manifest_list_bytes(&manifests, plan.snapshot_id, parent, plan.seq)?;
+        table.put(&plan.list_key, &list)?;
+        let now = now_us();
+        let snapshot = SnapshotInfo {
+            snapshot_id: plan.snapshot_id,
+            parent,
+            sequence: plan.seq,
+            timestamp_ms: now / 1000,
+            manifest_list: table.uri(&plan.list_key),
+            operation: plan.operation,
+            added_files: plan.added.len() as u64,
+            added_rows,
+            removed_files: plan.removed.len() as u64,
+            removed_rows: plan.removed.iter().map(|f| f.rows).sum(),
+            total_files: live.len() as u64,
+            total_rows: live.iter().map(|f| f.rows).sum(),
+            metadata_file: table.uri(&metadata_key),
+        };
+        let keep_from = self
+            .versions
+            .len()
+            .saturating_sub(KEEP_VERSIONS as usize - 1);
+        let mut snapshots: Vec<SnapshotInfo> = self.versions[keep_from..]
+            .iter()
+            .map(|v| v.snapshot.clone())
+            .collect();
+        snapshots.push(snapshot.clone());
+        let end = live.last().map_or(self.end, |f| f.last + 1);
+        let doc = TableMetadata {
+            location: table.base(),
+            table_uuid: &self.table_uuid,
+            schema: &self.info.segment_schema,
+            snapshots: &snapshots,
+            properties: vec![
+                ("corecast.stream".into(), self.layout.stream.clone()),
+                ("corecast.stream_id".into(), self.info.stream_id.clone()),
+                ("corecast.published_end".into(), end.to_string()),
+            ],
+            now_ms: now / 1000,
+        }
+        .to_json()?;
+        table.put(&metadata_key, doc.as_bytes())?;
+        // 3. the commit point
+        table.put("metadata/version-hint.text", plan.stem.as_bytes())?;
+        // 4. meta.db
+        let version = Version {
+            version: plan.version,
+            stem: plan.stem.clone(),
+            list_key: plan.list_key.clone(),
+            manifest_key: plan.manifest_key.clone(),
+            committed_at_us: now,
+            snapshot,
+        };
+        self.record(&plan, &version, end)?;
+        self.load()?;
+        self.end = end;
+        Ok(())
+    }
+
+    /// Step 4: the plan's files and version into `meta.db`, the pending plan cleared.
+    fn record(&self, plan: &Plan, version: &Version, end: u64) -> Result<(), PublishError> {
+        let doc = version_to_json(version).to_string();
+        self.db.transaction("recording a publish", |c| {
+            for f in &plan.added {
+                c.execute(
+                    "INSERT OR REPLACE INTO published_files(first_offset, last_offset, rows, bytes, min_ts, max_ts, key, snapshot_id, seq)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                    params![
+                        to_i64(f.first),
+                        to_i64(f.last),
+                        to_i64(f.rows),
+                        to_i64(f.bytes),
+                        f.min_ts,
+                        f.max_ts,
+                        f.key,
+                        f.snapshot_id,
+                        f.seq
+                    ],
+                )?;
+            }
+            for f in &plan.removed {
+                c.execute(
+                    "UPDATE published_files SET removed_version = ?1, removed_at_us = ?2 WHERE key = ?3",
+                    params![to_i64(plan.version), version.committed_at_us, f.key],
+                )?;
+            }
+            c.execute(
+                "INSERT OR REPLACE INTO published_versions(version, doc) VALUES (?1, ?2)",
+                params![to_i64(plan.version), doc],
+            )?;
+            c.execute(
+                "INSERT OR REPLACE INTO published_state(key, value) VALUES ('end', ?1)",
+                params![end.to_string()],
+            )?;
+            c.execute("DELETE FROM published_state WHERE key = 'pending'", [])?;
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// Resolves a pending plan left by a crash (module docs).
+    fn recover(&mut self) -> Result<(), PublishError> {
+        let Some(text) = self.state("pending")? else {
+            return Ok(());
+        };
+        let plan_doc: Value = serde_json::from_str(&text).map_err(|e| {
+            PublishError::Invariant(format!("the pending publish in meta.db is unreadable: {e}"))
+        })?;
+        let plan = Plan::from_json(&plan_doc)?;
+        let hint = self.layout.table.get("metadata/version-hint.text")?;
+        let committed = hint
+            .as_deref()
+            .map(|h| String::from_utf8_lossy(h).trim() == plan.stem)
+            .unwrap_or(false);
+        if committed {
+            let live_after: Vec<PubFile> = {
+                let removed: BTreeSet<&str> = plan.removed.iter().map(|f| f.key.as_str()).collect();
+                let mut v: Vec<PubFile> = self
+                    .files
+                    .iter()
+                    .filter(|f| !removed.contains(f.key.as_str()))
+                    .cloned()
+                    .collect();
+                v.extend(plan.added.iter().cloned());
+                v
+            };
+            let end = live_after.last().map_or(self.end, |f| f.last + 1);
+            // the table metadata it wrote holds the snapshot; rebuild the version from it
+            let metadata_key = format!("metadata/{}.metadata.json", plan.stem);
+            let snapshot = self.read_snapshot(&metadata_key, &plan)?;
+            let version = Version {
+                version: plan.version,
+                stem: plan.stem.clone(),
+                list_key: plan.list_key.clone(),
+                manifest_key: plan.manifest_key.clone(),
+                committed_at_us: now_us(),
+                snapshot,
+            };
+            self.record(&plan, &version, end)?;
+        } else {
+            let keys: Vec<String> = plan_doc["keys"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|k| k.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for key in &keys {
+                self.layout.table.delete(key)?;
+            }
+            self.db
+                .transaction("clearing a publish that never committed", |c| {
+                    c.execute("DELETE FROM published_state WHERE key = 'pending'", [])?;
+                    Ok(())
+                })?;
+        }
+        Ok(())
+    }
+
+    fn read_snapshot(&self, metadata_key: &str, plan: &Plan) -> Result<SnapshotInfo, PublishError> {
+        let bytes = self.layout.table.get(metadata_key)?.ok_or_else(|| {
+            PublishError::Invariant(format!(
+                "{} is named by the hint but missing",
+                self.layout.table.uri(metadata_key)
+            ))
+        })?;
+        let doc: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            PublishError::Invariant(format!("{}: {e}", self.layout.table.uri(metadata_key)))
+        })?;
+        let snap = doc["snapshots"]
+            .as_array()
+            .and_then(|a| {
+                a.iter()
+                    .find(|s| s["snapshot-id"].as_i64() == Some(plan.snapshot_id))
+            })
+            .ok_or_else(|| {
+                PublishError::Invariant(format!(
+                    "{} lacks snapshot {}",
+                    self.layout.table.uri(metadata_key),
+                    plan.snapshot_id
+                ))
+            })?;
+        let n = |k: &str| {
+            snap["summary"][k]
+                .as_str()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        Ok(SnapshotInfo {
+            snapshot_id: plan.snapshot_id,
+            parent: snap["parent-snapshot-id"].as_i64(),
+            sequence: plan.seq,
+            timestamp_ms: snap["timestamp-ms"].as_i64().unwrap_or(0),
+            manifest_list: self.layout.table.uri(&plan.list_key),
+            operation: plan.operation,
+            added_files: n("added-data-files"),
+            added_rows: n("added-records"),
+            removed_files: n("deleted-data-files"),
+            removed_rows: n("deleted-records"),
+            total_files: n("total-data-files"),
+            total_rows: n("total-records"),
+            metadata_file: self.layout.table.uri(metadata_key),
+        })
+    }
+
+    /// Writes the stream metadata (a new version, its hint, the plain copy) when what it says
+    /// differs from what was last written: at creation, and when retention moves the floor.
+    fn ensure_stream_metadata(&mut self) -> Result<(), PublishError> {
+        let start = self.files.first().map_or(self.end, |f| f.first).max(1);
+        let start_ts = self.files.first().map(|f| f.min_ts);
+        let doc = stream_metadata(
+            &self.layout,
+            &self.info.stream_id,
+            self.info.schema_json.as_deref(),
+            start,
+            start_ts,
+        );
+        let text = serde_json::to_string_pretty(&doc)
+            .map_err(|e| PublishError::Encode(format!("the stream metadata: {e}")))?;
+        let home = self.layout.home.clone();
+        let dir = self.layout.stream_metadata_dir();
+        let written = self.state("stream_metadata")?;
+        let hint_key = format!("{dir}/version-hint.text");
+        if written.as_deref() == Some(text.as_str()) && home.get(&hint_key)?.is_some() {
+            return Ok(());
+        }
+        let n: u64 = self
+            .state("stream_metadata_version")?
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+            + 1;
+        let name = format!("{n:05}-{}.metadata.json", uuid::Uuid::new_v4().simple());
+        home.put(&format!("{dir}/{name}"), text.as_bytes())?;
+        home.put(&hint_key, name.as_bytes())?;
+        home.put(
+            &format!("{}.metadata.json", self.layout.stream),
+            text.as_bytes(),
+        )?;
+        self.db.transaction("recording the stream metadata", |c| {
+            c.execute(
+                "INSERT OR REPLACE INTO published_state(key, value) VALUES ('stream_metadata', ?1), ('stream_metadata_version', ?2)",
+                params![text, n.to_string()],
+            )?;
+            Ok(())
+        })?;
+        // the newest KEEP_VERSIONS versions stay
+        let mut versions: Vec<String> = home
+            .list(&dir)?
+            .into_iter()
+            .filter(|k| k.ends_with(".metadata.json"))
+            .collect();
+        versions.sort();
+        let excess = versions.len().saturating_sub(KEEP_VERSIONS as usize);
+        for key in &versions[..excess] {
+            home.delete(key)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes what no kept version names, where the commit that dropped it is older than the
+    /// grace period; returns the number of objects deleted.
+    pub fn collect_garbage(&mut self) -> Result<usize, PublishError> {
+        let now = now_us();
+        let grace = self.grace.as_micros() as i64;
+        let table = self.layout.table.clone();
+        let mut deleted = 0;
+        let current = self.versions.last().map_or(0, |v| v.version);
+        let oldest_kept = current.saturating_sub(KEEP_VERSIONS - 1);
+        // versions that fell out of the kept window: deletable once the version after them
+        // has been current for the grace period
+        let mut drop_versions = Vec::new();
+        for (i, v) in self.versions.iter().enumerate() {
+            if v.version >= oldest_kept {
+                break;
+            }
+            let superseded_at = self
+                .versions
+                .get(i + 1)
+                .map_or(i64::MAX, |n| n.committed_at_us);
+            if now.saturating_sub(superseded_at) < grace {
+                break;
+            }
+            for key in [
+                format!("metadata/{}.metadata.json", v.stem),
+                v.list_key.clone(),
+                v.manifest_key.clone(),
+            ] {
+                table.delete(&key)?;
+                deleted += 1;
+            }
+            drop_versions.push(v.version);
+        }
+        // data files removed by a version no kept version precedes
+        let removed: Vec<(String, u64, i64)> = {
+            let mut stmt = self
+                .db
+                .conn()
+                .prepare(
+                    "SELECT key, removed_version, removed_at_us FROM published_files WHERE removed_version IS NOT NULL",
+                )
+                .map_err(sql(&self.db, "reading removed published files"))?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)? as u64,
+                        r.get(2)?,
+                    ))
+                })
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(sql(&self.db, "reading removed published files"))?;
+            rows
+        };
+        let mut drop_files = Vec::new();
+        for (key, removed_version, removed_at) in removed {
+            if removed_version <= oldest_kept && now.saturating_sub(removed_at) >= grace {
+                table.delete(&key)?;
+                deleted += 1;
+                drop_files.push(key);
+            }
+        }
+        if !drop_versions.is_empty() || !drop_files.is_empty() {
+            self.db
+                .transaction("forgetting deleted published files", |c| {
+                    for v in &drop_versions {
+                        c.execute(
+                            "DELETE FROM published_versions WHERE version = ?1",
+                            params![to_i64(*v)],
+                        )?;
+                    }
+                    for k in &drop_files {
+                        c.execute("DELETE FROM published_files WHERE key = ?1", params![k])?;
+                    }
+                    Ok(())
+                })?;
+            self.load()?;
+        }
+        Ok(deleted)
+    }
+}
+
+/// One commit's plan, recorded before anything is written.
+#[derive(Debug, Clone)]
+struct Plan {
+    version: u64,
+    stem: String,
+    snapshot_id: i64,
+    seq: i64,
+    operation: &'static str,
+    added: Vec<PubFile>,
+    removed: Vec<PubFile>,
+    manifest_key: String,
+    list_key: String,
+}
+
+fn file_json(f: &PubFile) -> Value {
+    json!({"first": f.first, "last": f.last, "rows": f.rows, "bytes": f.bytes,
+           "min_ts": f.min_ts, "max_ts": f.max_ts, "key": f.key,
+           "snapshot_id": f.snapshot_id, "seq": f.seq})
+}
+
+fn file_from_json(v: &Value) -> Result<PubFile, PublishError> {
+    let u = |k: &str| {
+        v[k].as_u64()
+            .ok_or_else(|| PublishError::Invariant(format!("pending publish: {k} missing")))
+    };
+    let i = |k: &str| {
+        v[k].as_i64()
+            .ok_or_else(|| PublishError::Invariant(format!("pending publish: {k} missing")))
+    };
+    Ok(PubFile {
+        first: u("first")?,
+        last: u("last")?,
+        rows: u("rows")?,
+        bytes: u("bytes")?,
+        min_ts: i("min_ts")?,
+        max_ts: i("max_ts")?,
+        key: v["key"].as_str().unwrap_or_default().to_string(),
+        snapshot_id: i("snapshot_id")?,
+        seq: i("seq")?,
+    })
+}
+
+impl Plan {
+    fn to_json(&self, keys: &[String]) -> Value {
+        json!({
+            "version": self.version, "stem": self.stem, "snapshot_id": self.snapshot_id,
+            "seq": self.seq, "operation": self.operation,
+            "added": self.added.iter().map(file_json).collect::<Vec<_>>(),
+            "removed": self.removed.iter().map(file_json).collect::<Vec<_>>(),
+            "manifest_key": self.manifest_key, "list_key": self.list_key, "keys": keys,
+        })
+    }
+
+    fn from_json(v: &Value) -> Result<Plan, PublishError> {
+        let bad = |k: &str| PublishError::Invariant(format!("pending publish: {k} missing"));
+        let files = |k: &str| -> Result<Vec<PubFile>, PublishError> {
+            v[k].as_array()
+                .ok_or_else(|| bad(k))?
+                .iter()
+                .map(file_from_json)
+                .collect()
+        };
+        Ok(Plan {
+            version: v["version"].as_u64().ok_or_else(|| bad("version"))?,
+            stem: v["stem"].as_str().ok_or_else(|| bad("stem"))?.to_string(),
+            snapshot_id: v["snapshot_id"]
+                .as_i64()
+                .ok_or_else(|| bad("snapshot_id"))?,
+            seq: v["seq"].as_i64().ok_or_else(|| bad("seq"))?,
+            operation: if v["operation"].as_str() == Some("delete") {
+                "delete"
+            } else {
+                "append"
+            },
+            added: files("added")?,
+            removed: files("removed")?,
+            manifest_key: v["manifest_key"]
+                .as_str()
+                .ok_or_else(|| bad("manifest_key"))?
+                .to_string(),
+            list_key: v["list_key"]
+                .as_str()
+                .ok_or_else(|| bad("list_key"))?
+                .to_string(),
+        })
+    }
+}
+
+fn version_to_json(v: &Version) -> Value {
+    let s = &v.snapshot;
+    json!({
+        "version": v.version, "stem": v.stem, "list_key": v.list_key,
+        "manifest_key": v.manifest_key, "committed_at_us": v.committed_at_us,
+        "snapshot": {
+            "snapshot_id": s.snapshot_id, "parent": s.parent, "sequence": s.sequence,
+            "timestamp_ms": s.timestamp_ms, "manifest_list": s.manifest_list,
+            "operation": s.operation, "added_files": s.added_files, "added_rows": s.added_rows,
+            "removed_files": s.removed_files, "removed_rows": s.removed_rows,
+            "total_files": s.total_files, "total_rows": s.total_rows,
+            "metadata_file": s.metadata_file,
+        }
+    })
+}
+
+fn version_from_json(text: &str) -> Result<Version, PublishError> {
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| PublishError::Invariant(format!("a published version in meta.db: {e}")))?;
+    let s = &v["snapshot"];
+    let u = |x: &Value| x.as_u64().unwrap_or(0);
+    let st = |x: &Value| x.as_str().unwrap_or_default().to_string();
+    Ok(Version {
+        version: u(&v["version"]),
+        stem: st(&v["stem"]),
+        list_key: st(&v["list_key"]),
+        manifest_key: st(&v["manifest_key"]),
+        committed_at_us: v["committed_at_us"].as_i64().unwrap_or(0),
+        snapshot: SnapshotInfo {
+            snapshot_id: s["snapshot_id"].as_i64().unwrap_or(0),
+            parent: s["parent"].as_i64(),
+            sequence: s["sequence"].as_i64().unwrap_or(0),
+            timestamp_ms: s["timestamp_ms"].as_i64().unwrap_or(0),
+            manifest_list: st(&s["manifest_list"]),
+            operation: if s["operation"].as_str() == Some("delete") {
+                "delete"
+            } else {
+                "append"
+            },
+            added_files: u(&s["added_files"]),
+            added_rows: u(&s["added_rows"]),
+            removed_files: u(&s["removed_files"]),
+            removed_rows: u(&s["removed_rows"]),
+            total_files: u(&s["total_files"]),
+            total_rows: u(&s["total_rows"]),
+            metadata_file: st(&s["metadata_file"]),
+        },
+    })
+}
