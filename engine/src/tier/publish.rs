@@ -104,6 +104,14 @@ impl PublishJob {
             for note in p.take_notes() {
                 tracing::warn!(stream = %st.cfg.name, "{note}");
             }
+            // kill tests: abort inside the next commit, at a named point (docs/RELIABILITY.md)
+            if let Some(point) = std::env::var("CORECAST_FAULT_PUBLISH")
+                .ok()
+                .and_then(|v| corecast_storage::published::FaultPoint::parse(&v))
+            {
+                tracing::warn!(stream = %st.cfg.name, "CORECAST_FAULT_PUBLISH: the next publish aborts the process at {point:?}");
+                p.set_fault(point, true);
+            }
             self.publisher = Some(p);
             self.observe(st, &segments);
         }

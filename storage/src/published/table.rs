@@ -156,6 +156,33 @@ pub struct Publisher {
     versions: Vec<Version>,
     end: u64,
     notes: Vec<String>,
+    fault: Option<(FaultPoint, bool)>,
+}
+
+/// A point inside a commit where a test makes it stop, as a crash would there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultPoint {
+    /// After the data files, before the manifest.
+    AfterData,
+    /// After the manifest and the manifest list, before the table metadata.
+    AfterManifest,
+    /// After the table metadata, before the hint.
+    AfterMetadata,
+    /// After the hint, before `meta.db` records the commit.
+    AfterHint,
+}
+
+impl FaultPoint {
+    /// `after_data`, `after_manifest`, `after_metadata` or `after_hint`.
+    pub fn parse(text: &str) -> Option<FaultPoint> {
+        Some(match text {
+            "after_data" => FaultPoint::AfterData,
+            "after_manifest" => FaultPoint::AfterManifest,
+            "after_metadata" => FaultPoint::AfterMetadata,
+            "after_hint" => FaultPoint::AfterHint,
+            _ => return None,
+        })
+    }
 }
 
 fn sql<'d>(db: &'d MetaDb, op: &'static str) -> impl Fn(rusqlite::Error) -> PublishError + 'd {
@@ -198,6 +225,7 @@ impl Publisher {
             versions: Vec::new(),
             end: earliest,
             notes: Vec::new(),
+            fault: None,
         };
         let location = p.layout.table.base().to_string();
         match p.state("location")? {
@@ -233,6 +261,28 @@ impl Publisher {
         }
         p.ensure_stream_metadata()?;
         Ok(p)
+    }
+
+    /// Makes the next commit stop at `point`: with `abort`, the process aborts there (a crash,
+    /// for kill tests of the real binary); without, the commit returns an error there, leaving
+    /// what a crash would leave. For tests only.
+    pub fn set_fault(&mut self, point: FaultPoint, abort: bool) {
+        self.fault = Some((point, abort));
+    }
+
+    fn fault_at(&mut self, point: FaultPoint) -> Result<(), PublishError> {
+        match self.fault {
+            Some((p, abort)) if p == point => {
+                if abort {
+                    std::process::abort();
+                }
+                self.fault = None;
+                Err(PublishError::Invariant(format!(
+                    "injected fault at {point:?}"
+                )))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// What happened at open that the operator should hear of (the engine logs them).
@@ -490,6 +540,7 @@ impl Publisher {
         for (key, path) in uploads {
             table.put_file(key, path)?;
         }
+        self.fault_at(FaultPoint::AfterData)?;
         let schema_json = table_schema(&self.info.segment_schema)?.to_string();
         let entries: Vec<ManifestEntry> = live
             .iter()
@@ -536,6 +587,7 @@ impl Publisher {
         let parent = self.versions.last().map(|v| v.snapshot.snapshot_id);
         let list = manifest_list_bytes(&manifests, plan.snapshot_id, parent, plan.seq)?;
         table.put(&plan.list_key, &list)?;
+        self.fault_at(FaultPoint::AfterManifest)?;
         let now = now_us();
         let snapshot = SnapshotInfo {
             snapshot_id: plan.snapshot_id,
@@ -576,8 +628,10 @@ impl Publisher {
         }
         .to_json()?;
         table.put(&metadata_key, doc.as_bytes())?;
+        self.fault_at(FaultPoint::AfterMetadata)?;
         // 3. the commit point
         table.put("metadata/version-hint.text", plan.stem.as_bytes())?;
+        self.fault_at(FaultPoint::AfterHint)?;
         // 4. meta.db
         let version = Version {
             version: plan.version,
