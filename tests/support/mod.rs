@@ -73,7 +73,21 @@ impl Server {
         data: &Path,
         stderr_log: &Path,
     ) -> Result<Server, String> {
-        launch_to(config, data, "127.0.0.1:0", &[], stderr_log.to_path_buf())
+        launch_to(
+            config,
+            data,
+            "127.0.0.1:0",
+            &[],
+            stderr_log.to_path_buf(),
+            &[],
+        )
+    }
+
+    /// Like [`Server::start`] with no extra args, with `env` set in the server's environment.
+    pub fn start_env(config: Option<&Path>, data: &Path, env: &[(&str, &str)]) -> Server {
+        let stderr_log = data.with_extension(format!("stderr.{}.log", std::process::id()));
+        launch_to(config, data, "127.0.0.1:0", &[], stderr_log, env)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// `ws://ADDR/PATH_AND_QUERY`.
@@ -105,6 +119,18 @@ impl Server {
     pub fn kill9(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Whether the server exits by itself within `timeout` (an abort a test provoked).
+    pub fn exits_within(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.child.try_wait().expect("wait").is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
     }
 
     /// What the server logged so far.
@@ -290,7 +316,7 @@ fn launch(
     extra: &[&str],
 ) -> Result<Server, String> {
     let stderr_log = data.with_extension(format!("stderr.{}.log", std::process::id()));
-    launch_to(config, data, listen, extra, stderr_log)
+    launch_to(config, data, listen, extra, stderr_log, &[])
 }
 
 /// [`launch`] with the server's stderr going to `stderr_log`.
@@ -301,8 +327,10 @@ fn launch_to(
     listen: &str,
     extra: &[&str],
     stderr_log: PathBuf,
+    env: &[(&str, &str)],
 ) -> Result<Server, String> {
     let mut cmd = Command::new(corecast_bin());
+    cmd.envs(env.iter().copied());
     cmd.arg("serve")
         .arg("--listen")
         .arg(listen)

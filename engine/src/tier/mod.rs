@@ -141,13 +141,13 @@ impl TierState {
         (rows, secs)
     }
 
-    /// Whether a resume at `offset` asks for rows only the server holds: the table has rows
-    /// and `offset` is at or past its end. Such a resume is never refused as `too_old`
+    /// Whether a resume at `offset` asks for rows only the server holds: the table has
+    /// published rows (retention may have removed them since) and `offset` is at or past its
+    /// end. Such a resume is never refused as `too_old`
     /// (the catch-up client resumes exactly there after reading the table).
     pub fn beyond_published(&self, offset: u64) -> bool {
-        let floor = self.published_floor.load(Ordering::Acquire);
         let end = self.published_end.load(Ordering::Acquire);
-        self.publishing.load(Ordering::Relaxed) && floor > 0 && end > floor && offset >= end
+        self.publishing.load(Ordering::Relaxed) && end > 1 && offset >= end
     }
 
     /// Notes a publishing error (kept for `/stats` until the next success).

@@ -105,12 +105,16 @@ impl PublishJob {
                 tracing::warn!(stream = %st.cfg.name, "{note}");
             }
             // kill tests: abort inside the next commit, at a named point (docs/RELIABILITY.md)
-            if let Some(point) = std::env::var("CORECAST_FAULT_PUBLISH")
-                .ok()
-                .and_then(|v| corecast_storage::published::FaultPoint::parse(&v))
-            {
-                tracing::warn!(stream = %st.cfg.name, "CORECAST_FAULT_PUBLISH: the next publish aborts the process at {point:?}");
-                p.set_fault(point, true);
+            // (`POINT` or `POINT:N`: after N commits that pass)
+            if let Ok(v) = std::env::var("CORECAST_FAULT_PUBLISH") {
+                let (point, skip) = v.split_once(':').unwrap_or((v.as_str(), "0"));
+                if let (Some(point), Ok(skip)) = (
+                    corecast_storage::published::FaultPoint::parse(point),
+                    skip.parse::<u32>(),
+                ) {
+                    tracing::warn!(stream = %st.cfg.name, "CORECAST_FAULT_PUBLISH: publish number {} aborts the process at {point:?}", skip + 1);
+                    p.set_fault_after(point, true, skip);
+                }
             }
             self.publisher = Some(p);
             self.observe(st, &segments);

@@ -156,7 +156,7 @@ pub struct Publisher {
     versions: Vec<Version>,
     end: u64,
     notes: Vec<String>,
-    fault: Option<(FaultPoint, bool)>,
+    fault: Option<(FaultPoint, bool, u32)>,
 }
 
 /// A point inside a commit where a test makes it stop, as a crash would there.
@@ -267,12 +267,17 @@ impl Publisher {
     /// for kill tests of the real binary); without, the commit returns an error there, leaving
     /// what a crash would leave. For tests only.
     pub fn set_fault(&mut self, point: FaultPoint, abort: bool) {
-        self.fault = Some((point, abort));
+        self.set_fault_after(point, abort, 0);
+    }
+
+    /// [`Publisher::set_fault`] for the commit after `skip` commits that pass.
+    pub fn set_fault_after(&mut self, point: FaultPoint, abort: bool, skip: u32) {
+        self.fault = Some((point, abort, skip));
     }
 
     fn fault_at(&mut self, point: FaultPoint) -> Result<(), PublishError> {
         match self.fault {
-            Some((p, abort)) if p == point => {
+            Some((p, abort, 0)) if p == point => {
                 if abort {
                     std::process::abort();
                 }
@@ -280,6 +285,10 @@ impl Publisher {
                 Err(PublishError::Invariant(format!(
                     "injected fault at {point:?}"
                 )))
+            }
+            Some((p, abort, n)) if p == point => {
+                self.fault = Some((p, abort, n - 1));
+                Ok(())
             }
             _ => Ok(()),
         }
