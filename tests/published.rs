@@ -240,3 +240,151 @@ fn kill9_during_a_publish_leaves_a_whole_table_and_converges() {
         server.stop();
     }
 }
+
+/// The `/stats` entry of stream `name`.
+fn stats_of(server: &Server, name: &str) -> sonic_rs::Value {
+    use sonic_rs::{JsonContainerTrait, JsonValueTrait};
+    let v = http_get(server.addr, "/stats").json();
+    v.get("streams")
+        .and_then(|s| s.as_array())
+        .and_then(|a| {
+            a.iter()
+                .find(|s| s.get("name").and_then(|n| n.as_str()) == Some(name))
+                .cloned()
+        })
+        .unwrap_or_else(|| panic!("no stream {name} in /stats"))
+}
+
+fn path_u64(v: &sonic_rs::Value, path: &[&str]) -> Option<u64> {
+    use sonic_rs::JsonValueTrait;
+    let mut cur = v.clone();
+    for p in path {
+        cur = cur.get(*p)?.clone();
+    }
+    cur.as_u64()
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<(), String>) {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match f() {
+            Ok(()) => return,
+            Err(last) => assert!(
+                std::time::Instant::now() < deadline,
+                "timed out after {timeout:?} waiting for {what}; last: {last}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `evict_after = "published"` keeps the hot log while publishing fails (the table's data
+/// directory replaced by a file: every upload fails), shows the error and counts the failures
+/// in `/stats` and `/metrics` while commits go on; once the store works again the table
+/// converges on every sealed row and the hot segments go. With `evict_after = "sealed"` they go
+/// as soon as they are sealed.
+#[test]
+fn evict_after_published_keeps_the_hot_log_until_the_table_holds_it() {
+    use sonic_rs::JsonValueTrait;
+    for policy in ["published", "sealed"] {
+        let setup = Setup::new();
+        let cfg = setup.config(&format!("{CONFIG}evict_after = \"{policy}\"\n"));
+        let server = Server::start(Some(&cfg), &setup.data(), &[]);
+        let table = setup.data().join("trades/published/trades");
+        // the publisher has opened (the stream metadata is written) before the store breaks
+        wait_until("the stream metadata", Duration::from_secs(30), || {
+            setup
+                .data()
+                .join("trades/trades.metadata/version-hint.text")
+                .exists()
+                .then_some(())
+                .ok_or_else(|| "no stream hint".into())
+        });
+        std::fs::create_dir_all(&table).unwrap();
+        let _ = std::fs::remove_dir_all(table.join("data"));
+        std::fs::write(table.join("data"), b"not a directory").unwrap();
+        let rows: Vec<String> = (1..=4000).map(|i| trade(i, "BTCUSD")).collect();
+        for chunk in rows.chunks(500) {
+            let offsets = publish_batch(&server, "trades", chunk);
+            assert!(offsets.iter().all(|o| o.is_some()), "commits go on");
+        }
+        wait_until(
+            "seals and a failed publish",
+            Duration::from_secs(60),
+            || {
+                let s = stats_of(&server, "trades");
+                let sealed = path_u64(&s, &["tiers", "sealed", "segments"]).unwrap_or(0);
+                let failures = path_u64(&s, &["tiers", "published", "failures"]).unwrap_or(0);
+                let error = s["tiers"]["published"]["last_error"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
+                if sealed >= 4 && failures >= 1 && error.contains("data") {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "sealed {sealed}, failures {failures}, error {error:?}"
+                    ))
+                }
+            },
+        );
+        let s = stats_of(&server, "trades");
+        let evicted = path_u64(&s, &["tiers", "evicted_segments"]).unwrap_or(0);
+        let hot_first = path_u64(&s, &["tiers", "hot", "first_offset"]);
+        if policy == "published" {
+            assert_eq!(evicted, 0, "nothing evicted while unpublished: {s:?}");
+            assert_eq!(
+                hot_first,
+                Some(1),
+                "the hot log keeps every unpublished row"
+            );
+        } else {
+            wait_until("eviction after sealing", Duration::from_secs(30), || {
+                let s = stats_of(&server, "trades");
+                (path_u64(&s, &["tiers", "evicted_segments"]).unwrap_or(0) > 0)
+                    .then_some(())
+                    .ok_or_else(|| format!("{s:?}"))
+            });
+        }
+        let metrics = http_get(server.addr, "/metrics").text();
+        let failures_line = metrics
+            .lines()
+            .find(|l| l.starts_with("corecast_publish_failures_total{stream=\"trades\"}"))
+            .expect("publish failures metric");
+        assert!(!failures_line.ends_with(" 0"), "{failures_line}");
+        // the store works again: the table converges, then the hot log is evicted
+        std::fs::remove_file(table.join("data")).unwrap();
+        wait_until("the table catching up", Duration::from_secs(90), || {
+            let s = stats_of(&server, "trades");
+            let sealed_last = path_u64(&s, &["tiers", "sealed", "last_offset"]).unwrap_or(0);
+            let end = path_u64(&s, &["tiers", "published", "end_offset"]).unwrap_or(0);
+            let error_cleared = s["tiers"]["published"]["last_error"].is_null();
+            let evicted = path_u64(&s, &["tiers", "evicted_segments"]).unwrap_or(0);
+            if end == sealed_last + 1 && error_cleared && evicted > 0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "published end {end}, sealed last {sealed_last}, evicted {evicted}"
+                ))
+            }
+        });
+        // every published offset once, contiguous from 1
+        let mut files: Vec<(u64, u64)> = std::fs::read_dir(table.join("data"))
+            .unwrap()
+            .map(|e| {
+                let name = e.unwrap().file_name().to_string_lossy().into_owned();
+                let mut parts = name.split('-');
+                let a: u64 = parts.next().unwrap().parse().unwrap();
+                let b: u64 = parts.next().unwrap().parse().unwrap();
+                (a, b)
+            })
+            .collect();
+        files.sort();
+        let mut next = 1;
+        for (a, b) in files {
+            assert_eq!(a, next, "{policy}: hole or repeat in the published files");
+            next = b;
+        }
+        server.stop();
+    }
+}
