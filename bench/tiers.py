@@ -359,6 +359,108 @@ def cmd_soak(a):
         sys.exit(1)
 
 
+def cmd_publish(a):
+    """Publishing under load: --rate rows/s of trades for --seconds into one durable stream
+    with 8 MiB seals, --subscribers live subscribers served meanwhile; /stats sampled every
+    second. Passes when the publish lag stays bounded (no sample more than --max-lag-s behind,
+    and the lag does not grow from the first half of the run to the second), every sealed row
+    is published within 30 s of the end, and the table's files hold every offset once."""
+    t_start = time.time()
+    scratch = tempfile.mkdtemp(prefix="tiers-publish-", dir=a.scratch)
+    target = 8 * MiB
+    b = Broker(scratch, "publish", {"trades": {"segment_bytes": target, "seal_target_bytes": target,
+                                               "seal_every_s": 5}})
+    samples, failures = [], []
+    stop = threading.Event()
+
+    def sampler():
+        while not stop.is_set():
+            try:
+                st = b.stats("trades")
+                p = st["tiers"]["published"]
+                samples.append((time.time() - t_start, st["end_offset"], p["end_offset"],
+                                p["lag"]["rows"], p["lag"]["seconds"], p["publishes"], p["failures"]))
+            except Exception as e:  # noqa: BLE001 - a missed sample is reported, not fatal
+                samples.append((time.time() - t_start, None, None, None, None, None, repr(e)))
+            stop.wait(1.0)
+
+    th = threading.Thread(target=sampler, daemon=True)
+    out = {"machine_before": machine_note(), "rate": a.rate, "seconds": a.seconds,
+           "subscribers": a.subscribers}
+    try:
+        th.start()
+        p = loadgen(b.url("trades"), "--publishers", 2, "--window", 64, "--batch", 100,
+                    "--rate", a.rate, "--duration", a.seconds, "--subscribers", a.subscribers,
+                    "--max-seconds", a.seconds + 120, pid=b.pid)
+        out["publish"] = {k: p["publish"][k] for k in ("rows_acked", "rows_per_s", "seconds", "end_offset")}
+        out["deliver"] = {k: p["deliver"].get(k) for k in ("frames", "gaps", "dups", "missing")}
+        out["latency_ms"] = p.get("latency_ms")
+        out["cmd"] = p["_cmd"]
+        log(f"published {p['publish']['rows_acked']} rows at {p['publish']['rows_per_s']:.0f} rows/s "
+            f"to {a.subscribers} subscribers")
+        # the table catches up with the sealed tier
+        t0 = time.time()
+        while True:
+            st = b.stats("trades")
+            t = st["tiers"]
+            sealed_last = t["sealed"]["last_offset"] or 0
+            if t["published"]["end_offset"] == sealed_last + 1 or time.time() - t0 > 30:
+                break
+            time.sleep(0.2)
+        out["settle_s"] = time.time() - t0
+        stop.set()
+        th.join()
+        out["final"] = {"end_offset": st["end_offset"], "sealed_last": sealed_last,
+                        "published": t["published"]}
+        if t["published"]["end_offset"] != sealed_last + 1:
+            failures.append(f"the table did not catch up with the sealed tier in 30 s: {t['published']}")
+        good = [x for x in samples if x[1] is not None]
+        run = [x for x in good if x[0] <= a.seconds]
+        lag_s = [x[4] for x in run]
+        lag_rows = [x[3] for x in run]
+        out["max_publish_lag_s"] = max(lag_s) if lag_s else None
+        out["max_publish_lag_rows"] = max(lag_rows) if lag_rows else None
+        half = len(run) // 2
+        if half:
+            first, second = max(lag_s[:half]), max(lag_s[half:])
+            out["max_lag_s_halves"] = [first, second]
+            if second > max(2 * first, first + 10):
+                failures.append(f"the publish lag grows: {first:.1f} s in the first half, {second:.1f} s in the second")
+        if out["max_publish_lag_s"] is not None and out["max_publish_lag_s"] > a.max_lag_s:
+            failures.append(f"publish lag reached {out['max_publish_lag_s']:.1f} s (> {a.max_lag_s})")
+        if t["published"]["failures"]:
+            failures.append(f"publish failures: {t['published']['failures']}: {t['published']['last_error']}")
+        # the files: every offset once, contiguous from 1
+        data = os.path.join(b.dir, "data", "trades", "published", "trades", "data")
+        spans = sorted(tuple(int(x) for x in f.split("-")[:2]) for f in os.listdir(data))
+        nxt = 1
+        for lo, hi in spans:
+            if lo != nxt:
+                failures.append(f"hole or repeat in the table at {nxt}: file {lo}-{hi}")
+                break
+            nxt = hi
+        out["table_files"] = len(spans)
+        out["table_rows"] = nxt - 1
+        log(f"table: {len(spans)} files, rows 1..{nxt - 1}; max publish lag "
+            f"{out['max_publish_lag_s']} s / {out['max_publish_lag_rows']} rows")
+        out["machine_after"] = machine_note()
+    finally:
+        stop.set()
+        b.stop()
+        if os.environ.get("TIERS_KEEP"):
+            log(f"kept {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+    out["samples"] = samples
+    out["runtime_s"] = time.time() - t_start
+    out["failures"] = failures
+    out["ok"] = not failures
+    print("RESULT " + json.dumps(out), flush=True)
+    if failures:
+        log("FAILED: " + "; ".join(failures))
+        sys.exit(1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--scratch", default=os.environ.get("CORECAST_BENCH_DIR", "/tmp"))
@@ -371,6 +473,11 @@ def main():
     ab.add_argument("--seconds", type=float, default=5)
     ab.add_argument("--subscribers", type=int, default=10)
     ab.add_argument("--rate", type=int, default=2_000)
+    pb = sub.add_parser("publish")
+    pb.add_argument("--rate", type=int, default=200_000)
+    pb.add_argument("--seconds", type=float, default=60)
+    pb.add_argument("--subscribers", type=int, default=10)
+    pb.add_argument("--max-lag-s", type=float, default=30)
     s = sub.add_parser("soak")
     s.add_argument("--rows", type=int, default=20_000_000)
     s.add_argument("--max-publish-s", type=int, default=240)
@@ -378,7 +485,7 @@ def main():
     a = ap.parse_args()
     if SCHEMA is None:
         raise SystemExit("trade.schema.json not found under ../shared/tools/anchor")
-    {"replay": cmd_replay, "ab": cmd_ab, "soak": cmd_soak}[a.cmd](a)
+    {"replay": cmd_replay, "ab": cmd_ab, "soak": cmd_soak, "publish": cmd_publish}[a.cmd](a)
 
 
 if __name__ == "__main__":
