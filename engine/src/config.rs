@@ -894,6 +894,42 @@ mod tests {
                 "[[stream]]\nname = \"t\"\nmax_backlog = \"x\"\n",
                 "line 3, column 15 (`max_backlog = \"x\"`)",
             ),
+            (
+                "[[stream]]\nname = \"t\"\npublished = \"/srv/history\"\n",
+                "stream[0].published",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\npublished = \"s3:///prefix\"\n",
+                "stream[0].published",
+            ),
+            (
+                "published = \"elsewhere\"\n[[stream]]\nname = \"t\"\n",
+                "published",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\ndurable = false\npublished = \"local\"\n",
+                "stream[0].published",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\nevict_after = \"never\"\n",
+                "stream[0].evict_after",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\npublished = \"off\"\nevict_after = \"published\"\n",
+                "stream[0].evict_after",
+            ),
+            (
+                "[[stream]]\nname = \"t\"\npublished_grace_s = -1\n",
+                "stream[0].published_grace_s",
+            ),
+            (
+                "[s3]\naccess_key_id = \"AKIA\"\n[[stream]]\nname = \"t\"\n",
+                "s3",
+            ),
+            (
+                "[s3]\nendpoint = \"127.0.0.1:9000\"\n[[stream]]\nname = \"t\"\n",
+                "s3.endpoint",
+            ),
         ];
         for (text, key) in cases {
             let p = write(d.path(), "c.toml", text);
@@ -901,6 +937,38 @@ mod tests {
             assert_eq!(e.key, key, "{text}: {e}");
             assert!(e.to_string().contains("c.toml"), "{e}");
         }
+        let p = write(
+            d.path(),
+            "c.toml",
+            "[[stream]]\nname = \"t\"\nseal_target_bytes = 8388608\nseal_every_s = 0.5\nretention = \"12h\"\n",
+        );
+        let c = Config::load(&p).unwrap();
+        assert_eq!(c.streams[0].published, Published::Local);
+        assert_eq!(c.streams[0].evict_after, EvictAfter::Published);
+        assert_eq!(c.streams[0].published_grace, DEFAULT_PUBLISHED_GRACE);
+        let p = write(
+            d.path(),
+            "c.toml",
+            "published = \"file:///srv/history/\"\n[[stream]]\nname = \"a\"\n[[stream]]\nname = \"b\"\npublished = \"off\"\n[[stream]]\nname = \"c\"\nevict_after = \"sealed\"\npublished_grace_s = 5\n[[stream]]\nname = \"live\"\ndurable = false\n",
+        );
+        let c = Config::load(&p).unwrap();
+        assert_eq!(
+            c.streams[0].published,
+            Published::At("file:///srv/history".into())
+        );
+        assert_eq!(c.streams[1].published, Published::Off);
+        assert_eq!(
+            c.streams[1].evict_after,
+            EvictAfter::Sealed,
+            "off: evict after the seal"
+        );
+        assert_eq!(c.streams[2].evict_after, EvictAfter::Sealed);
+        assert_eq!(c.streams[2].published_grace, Duration::from_secs(5));
+        assert_eq!(
+            c.streams[3].published,
+            Published::Off,
+            "a live stream publishes nothing"
+        );
         let p = write(
             d.path(),
             "c.toml",
