@@ -409,3 +409,59 @@ fn evict_after_published_keeps_the_hot_log_until_the_table_holds_it() {
         server.stop();
     }
 }
+
+/// Retention hides what it dropped from every tier: rows still in the newest hot segment (never
+/// evicted) are not served once their sealed segment is dropped — a subscribe below the floor is
+/// refused `evicted`, `earliest_offset` moves up — and the table keeps its newest file, so the
+/// official client is told the rows are gone rather than skipping them.
+#[test]
+fn retention_hides_dropped_rows_still_in_the_hot_log() {
+    use sonic_rs::JsonValueTrait;
+    let setup = Setup::new();
+    let cfg = setup.config(
+        "[[stream]]\nname = \"trades\"\nschema = \"@trade\"\nseal_every_s = 0.5\nretention = \"3s\"\n",
+    );
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let rows: Vec<String> = (1..=500).map(|i| trade(i, "BTCUSD")).collect();
+    publish_batch(&server, "trades", &rows);
+    wait_until(
+        "retention dropping the sealed rows",
+        Duration::from_secs(30),
+        || {
+            let s = stats_of(&server, "trades");
+            let earliest = path_u64(&s, &["tiers", "earliest_offset"]).unwrap_or(0);
+            let expired = path_u64(&s, &["tiers", "expired_segments"]).unwrap_or(0);
+            if expired >= 1 && earliest == 501 {
+                Ok(())
+            } else {
+                Err(format!("earliest {earliest}, expired {expired}: {s:?}"))
+            }
+        },
+    );
+    let s = stats_of(&server, "trades");
+    assert_eq!(
+        path_u64(&s, &["tiers", "hot", "first_offset"]),
+        Some(1),
+        "the newest hot segment still holds the rows (it is never evicted)"
+    );
+    let mut ws = ws_connect(&server.url("trades?offset=1"));
+    let (code, reason) = recv_close(&mut ws);
+    assert_eq!(code, 4416, "{reason}");
+    assert!(
+        reason.contains("\"why\":\"evicted\"") && reason.contains("\"earliest\":501"),
+        "{reason}"
+    );
+    // the table keeps its newest file: the official client's floor is that file's first offset
+    let table = setup.data().join("trades/published/trades/data");
+    assert_eq!(
+        std::fs::read_dir(&table).unwrap().count(),
+        1,
+        "the newest published file stays"
+    );
+    let meta: sonic_rs::Value = sonic_rs::from_slice(
+        &std::fs::read(setup.data().join("trades/trades.metadata.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(meta["live_log"]["start_offset"].as_u64(), Some(1));
+    server.stop();
+}

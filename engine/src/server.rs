@@ -280,7 +280,10 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
                     first.first_offset.min(hot_floor)
                 );
             }
-            tiers = TierState::new(entries, sealed_end);
+            let dropped_through = index_db
+                .dropped_through()
+                .map_err(|e| serr(e.to_string()))?;
+            tiers = TierState::new(entries, sealed_end, dropped_through);
             let earliest = tiers.earliest(hot_floor);
             let id = buffer.stream_id().to_string();
             // the published tier: where the table and the stream metadata go
@@ -300,7 +303,7 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
                 None => (None, None),
             };
             let publish = layout.map(|layout| {
-                tracing::info!(stream = %sc.name, "publishes its history to {}", layout.table.base());
+                tracing::info!(stream = %sc.name, "publishes its history to {} (table {}, stream metadata {})", layout.published, layout.table.base(), layout.metadata_hint_uri());
                 tiers.publishing.store(true, Ordering::Relaxed);
                 let info = corecast_storage::published::StreamInfo {
                     stream_id: id.clone(),

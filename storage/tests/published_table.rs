@@ -480,4 +480,17 @@ fn retention_removes_the_oldest_files_and_old_versions_go_after_the_grace_period
     // what is left still reads whole
     let seen = read_table(&f.table());
     assert_eq!(seen.entries.len(), n - removed);
+    // everything past retention: the newest file stays (an empty table would let the official
+    // client skip the dropped rows silently), and its first offset is the floor
+    let more = p.expire(i64::MAX).expect("expire all");
+    assert_eq!(more, n - removed - 1);
+    let seen = read_table(&f.table());
+    assert_eq!(seen.entries.len(), 1, "the newest file stays");
+    assert_eq!(seen.entries[0].0 as u64, f.segments[n - 1].first_offset);
+    let stream_meta: Value =
+        serde_json::from_slice(&std::fs::read(f.dir.join("btc.metadata.json")).unwrap()).unwrap();
+    assert_eq!(
+        stream_meta["live_log"]["start_offset"].as_u64(),
+        Some(f.segments[n - 1].first_offset)
+    );
 }

@@ -311,9 +311,13 @@ fn expire(job: &mut TierJob) -> Result<(), String> {
     if expired == 0 {
         return Ok(());
     }
-    // the serving side stops starting reads in them first; readers inside one finish on the
-    // unlinked file
+    // the serving side stops starting reads in them first (the retention floor also hides the
+    // copies an unevicted hot segment still holds); readers inside one finish on the unlinked
+    // file
     st.tiers.set_segments(segments[expired..].to_vec());
+    st.tiers
+        .retention_floor
+        .fetch_max(segments[expired - 1].end_offset(), Ordering::AcqRel);
     let hot_floor = job.reader.extent(0).floor;
     st.earliest
         .store(st.tiers.earliest(hot_floor), Ordering::Release);

@@ -27,6 +27,9 @@ pub struct TierState {
     segments: RwLock<Arc<Vec<SegmentEntry>>>,
     /// The offset after the last sealed row.
     pub sealed_end: AtomicU64,
+    /// The first offset retention has not dropped (`dropped_through`): rows below it are never
+    /// served, even while an unevicted hot segment still holds them.
+    pub retention_floor: AtomicU64,
     /// Hot-log segment files.
     pub hot_segments: AtomicU64,
     /// Durable record bytes in the hot log.
@@ -72,11 +75,12 @@ pub struct TierState {
 }
 
 impl TierState {
-    /// A state over the recorded `segments`.
-    pub fn new(segments: Vec<SegmentEntry>, sealed_end: u64) -> TierState {
+    /// A state over the recorded `segments`, with retention's floor at `dropped_through`.
+    pub fn new(segments: Vec<SegmentEntry>, sealed_end: u64, dropped_through: u64) -> TierState {
         TierState {
             segments: RwLock::new(Arc::new(segments)),
             sealed_end: AtomicU64::new(sealed_end),
+            retention_floor: AtomicU64::new(dropped_through),
             ..TierState::default()
         }
     }
@@ -107,11 +111,12 @@ impl TierState {
     }
 
     /// The first offset any tier holds, given the hot log's floor: the first segment's first
-    /// offset when it is lower.
+    /// offset when it is lower, and never below what retention dropped.
     pub fn earliest(&self, hot_floor: u64) -> u64 {
         self.segments()
             .first()
             .map_or(hot_floor, |s| s.first_offset.min(hot_floor))
+            .max(self.retention_floor.load(Ordering::Acquire))
     }
 
     /// The unsealed rows' lag: `(rows, seconds)` given the stream's end offset and the time now.

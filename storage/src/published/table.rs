@@ -482,14 +482,18 @@ impl Publisher {
     }
 
     /// Retention: removes the leading live files whose newest row is older than `cutoff_us`
-    /// (one `delete` snapshot); returns how many.
+    /// (one `delete` snapshot); returns how many. The newest file stays until a newer one is
+    /// published: an empty table reads to the official client as one with no floor, and a
+    /// catch-up from below `start_offset` would then skip the dropped rows without an error
+    /// (streamcast 0.26.0's `Catcher.prepare` checks the floor only when the table has rows).
     pub fn expire(&mut self, cutoff_us: i64) -> Result<usize, PublishError> {
         self.settle()?;
         let n = self
             .files
             .iter()
             .take_while(|f| f.max_ts < cutoff_us)
-            .count();
+            .count()
+            .min(self.files.len().saturating_sub(1));
         if n > 0 {
             self.remove_first(n)?;
             self.ensure_stream_metadata()?;
