@@ -349,6 +349,21 @@ fn files_are_contiguous_with_exact_bounds_field_ids_and_a_name_mapping() {
         format!("file://{}/published", f.dir.display())
     );
     assert_eq!(version["stream_id"], "00000000-0000-4000-8000-000000000001");
+    // the declared column order survives (it is the key order of every row)
+    let declared: Vec<String> = f
+        .schema
+        .to_arrow()
+        .fields()
+        .iter()
+        .map(|c| c.name().clone())
+        .collect();
+    let written: Vec<String> = version["live_log"]["schema"]["properties"]
+        .as_object()
+        .expect("properties")
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(written, declared);
 }
 
 #[test]
