@@ -1222,3 +1222,103 @@ fn defects(files: &[DataFile]) -> Vec<(Range<u64>, String)> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(lo: u64, hi: u64, count: u64) -> DataFile {
+        DataFile {
+            uri: format!("file:///t/data/{lo}-{hi}.parquet"),
+            manifest: "file:///t/metadata/m0.avro".into(),
+            offsets: (lo, hi),
+            record_count: count,
+            size_bytes: 1,
+        }
+    }
+
+    #[test]
+    fn bounds_must_be_exact_and_files_dense() {
+        // the upper bound 10 too high (PUBLISHED.md §5.2): the count no longer fills it
+        let d = defects(&[file(1, 2000, 2000), file(2001, 3010, 1000)]);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].0, 2001..3011);
+        assert!(d[0].1.contains("holds 1000 records"), "{}", d[0].1);
+        // a hole (§5.3) and an overlap, each with its offsets
+        let d = defects(&[file(1, 1000, 1000), file(2001, 3000, 1000)]);
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].0, 1001..2001);
+        let d = defects(&[file(1, 1000, 1000), file(10, 20, 11), file(900, 1100, 201)]);
+        assert_eq!(
+            d.iter().map(|(r, _)| r.clone()).collect::<Vec<_>>(),
+            [10..21, 900..1001]
+        );
+        assert!(defects(&[file(1, 1, 1), file(2, 3, 2), file(4, 9, 6)]).is_empty());
+    }
+
+    fn bounds(entries: &[(i32, Vec<u8>)]) -> Vec<(String, Avro)> {
+        let items = entries
+            .iter()
+            .map(|(k, v)| {
+                Avro::Record(vec![
+                    ("key".into(), Avro::Int(*k)),
+                    ("value".into(), Avro::Bytes(v.clone())),
+                ])
+            })
+            .collect();
+        vec![(
+            "lower_bounds".into(),
+            Avro::Union(1, Box::new(Avro::Array(items))),
+        )]
+    }
+
+    #[test]
+    fn offset_bounds_are_8_byte_little_endian() {
+        let data = bounds(&[(2, vec![1, 2, 3]), (1, 2000i64.to_le_bytes().to_vec())]);
+        assert_eq!(bound(&data, "lower_bounds", 1), Ok(Some(2000)));
+        assert_eq!(bound(&data, "lower_bounds", 7), Ok(None));
+        assert_eq!(bound(&data, "upper_bounds", 1), Ok(None));
+        let short = bounds(&[(1, vec![0xd0, 0x07, 0, 0])]);
+        assert!(bound(&short, "lower_bounds", 1)
+            .unwrap_err()
+            .contains("4 bytes, not 8"));
+        let negative = bounds(&[(1, (-5i64).to_le_bytes().to_vec())]);
+        assert!(bound(&negative, "lower_bounds", 1)
+            .unwrap_err()
+            .contains("negative"));
+        let null = vec![("lower_bounds".into(), Avro::Union(0, Box::new(Avro::Null)))];
+        assert_eq!(bound(&null, "lower_bounds", 1), Ok(None));
+    }
+
+    #[test]
+    fn hints_hold_one_file_name() {
+        assert_eq!(file_name("h", b" 00001-ab.metadata.json\n").unwrap(), "00001-ab.metadata.json");
+        for bad in [&b""[..], b"  \n", b"../x", b"a/b", b"..", b"\xff"] {
+            assert!(file_name("h", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn stream_metadata_fields_are_checked() {
+        let good = r#"{"streamcast_metadata":2,"stream":"t","stream_id":"id","sealed_logs":[],
+            "live_log":{"name":"t","published":"file:///p","start_offset":1,"schema":{},"system_schema":{}}}"#;
+        let m = parse_stream_metadata("u", good.as_bytes()).expect("minimal");
+        assert_eq!((m.version, m.live_log.start_offset), (2, 1));
+        assert_eq!(codec_of(&m).unwrap(), RowCodec::Schemaless);
+        for (change, needle) in [
+            (("\"streamcast_metadata\":2", "\"streamcast_metadata\":99"), "99; this reader reads 1, 2, 3"),
+            (("\"stream_id\":\"id\",", ""), "no stream_id"),
+            (("\"sealed_logs\":[]", "\"sealed_logs\":[{}]"), "sealed log"),
+            ((",\"system_schema\":{}", ""), "no live_log.system_schema"),
+            (("\"file:///p\"", "\"/p\""), "needs a scheme"),
+            (("\"published\":\"file:///p\",", ""), "live_log.published is missing"),
+            (("\"start_offset\":1", "\"start_offset\":-1"), "live_log.start_offset"),
+        ] {
+            let text = good.replace(change.0, change.1);
+            let e = parse_stream_metadata("file:///m.json", text.as_bytes())
+                .expect_err(needle)
+                .to_string();
+            assert!(e.contains(needle) && e.starts_with("file:///m.json"), "{e}");
+        }
+    }
+}
