@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 use corecast_storage::json;
 use corecast_storage::published::{PublishedTable, ReadError, S3Options};
-use corecast_storage::schema::RowCodec;
+use corecast_storage::schema::{RowCodec, Schema};
 
 /// `streamcast_ts` of the hand-written rows: offset i gets `TS0 + i`.
 const TS0: i64 = 1796200000000000;
@@ -149,6 +149,13 @@ fn handwritten(f: &Fixtures, name: &str, kwargs: &str) -> (PathBuf, String, Stri
     (root, hint, sid)
 }
 
+/// The trade schema both Python tools declare, compiled here (not taken from the table), so
+/// the column order of the rows read is checked too.
+fn trade_codec() -> RowCodec {
+    let text = std::fs::read_to_string(anchor().join("trade.schema.json")).expect("schema");
+    RowCodec::Schema(Schema::compile(&text).expect("trade schema"))
+}
+
 /// The canonical bytes of `row(i)` of both Python tools, encoded as the validator encodes the
 /// JSON the reference's publisher sent (`json.dumps` of the row).
 fn expected_row(codec: &RowCodec, i: u64) -> Vec<u8> {
@@ -182,12 +189,14 @@ fn read_all(table: &PublishedTable, range: std::ops::Range<u64>) -> Vec<(u64, i6
 fn check_rows(table: &PublishedTable, range: std::ops::Range<u64>, ts: impl Fn(u64) -> i64) {
     let rows = read_all(table, range.clone());
     assert_eq!(rows.len() as u64, range.end - range.start);
+    let codec = trade_codec();
+    assert_eq!(table.codec(), &codec);
     for ((o, t, bytes), want) in rows.iter().zip(range) {
         assert_eq!(*o, want);
         assert_eq!(*t, ts(want), "ts of offset {want}");
         assert_eq!(
             String::from_utf8_lossy(bytes),
-            String::from_utf8_lossy(&expected_row(table.codec(), want)),
+            String::from_utf8_lossy(&expected_row(&codec, want)),
             "offset {want}"
         );
     }

@@ -44,6 +44,7 @@ use std::ops::Range;
 use apache_avro::types::Value as Avro;
 use bytes::Bytes;
 use serde_json::Value as Json;
+use sonic_rs::{JsonContainerTrait, JsonValueTrait};
 
 use super::store::{S3Options, Store, StoreError};
 use crate::schema::{RowCodec, Schema, LITELINK_OFFSET, STREAMCAST_TS};
@@ -196,8 +197,9 @@ pub struct LogEntry {
     pub published: String,
     /// The log's first offset.
     pub start_offset: u64,
-    /// The declared columns as JSON Schema (`{}` for a schema-less stream).
-    pub schema: Json,
+    /// The declared columns as JSON Schema (`{}` for a schema-less stream), compact, with
+    /// its keys in the file's order (the declared column order).
+    pub schema_json: String,
 }
 
 /// The stream metadata (`../shared/PUBLISHED.md` §3.2), as read.
@@ -735,8 +737,19 @@ fn parse_stream_metadata(uri: &str, bytes: &[u8]) -> Result<StreamMetadata, Read
         });
     }
     let start_offset = json_u64(uri, &doc, "live_log.start_offset")?;
-    let schema = json_field(uri, &doc, "live_log.schema")?.clone();
+    json_field(uri, &doc, "live_log.schema")?;
     json_field(uri, &doc, "live_log.system_schema")?;
+    // serde_json's map sorts keys; the column order is the declaration's, so the schema is
+    // taken from the strict parser, which keeps it
+    let ordered = crate::json::parse_unique(bytes).map_err(|e| ReadError::Invalid {
+        uri: uri.to_string(),
+        what: format!("not strict JSON: {e}"),
+    })?;
+    let schema_json = ordered
+        .get("live_log")
+        .and_then(|l| l.get("schema"))
+        .map(|s| s.to_string())
+        .unwrap_or_default();
     let published = match doc["live_log"].get("published") {
         Some(Json::String(p)) => p.clone(),
         Some(Json::Null) | None => {
@@ -771,28 +784,26 @@ fn parse_stream_metadata(uri: &str, bytes: &[u8]) -> Result<StreamMetadata, Read
             name,
             published,
             start_offset,
-            schema,
+            schema_json,
         },
     })
 }
 
 /// The row codec of `live_log.schema`: a schema with properties, or schema-less for `{}`.
 fn codec_of(metadata: &StreamMetadata) -> Result<RowCodec, ReadError> {
-    let schema = &metadata.live_log.schema;
-    let schemaless = match schema {
-        Json::Null => true,
-        Json::Object(o) => o.is_empty(),
-        _ => false,
+    let invalid = |what: String| ReadError::Invalid {
+        uri: metadata.uri.clone(),
+        what: format!("live_log.schema: {what}"),
     };
+    let schema = crate::json::parse_unique(metadata.live_log.schema_json.as_bytes())
+        .map_err(|e| invalid(e.to_string()))?;
+    let schemaless = schema.is_null() || schema.as_object().is_some_and(|o| o.is_empty());
     if schemaless {
         return Ok(RowCodec::Schemaless);
     }
-    Schema::compile(&schema.to_string())
+    Schema::compile_value(&schema)
         .map(RowCodec::Schema)
-        .map_err(|e| ReadError::Invalid {
-            uri: metadata.uri.clone(),
-            what: format!("live_log.schema: {e}"),
-        })
+        .map_err(|e| invalid(e.to_string()))
 }
 
 /// The table schema's field id of each segment column (`litelink_offset`, the declared
