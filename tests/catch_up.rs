@@ -13,7 +13,6 @@
 
 mod support;
 
-use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::ops::Range;
 use std::path::PathBuf;
@@ -196,18 +195,20 @@ fn decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+// tungstenite's handshake callback returns its own (large) error response type
+#[allow(clippy::result_large_err)]
 fn serve(
     stream: TcpStream,
     b: &Broker,
     codec: &RowCodec,
     seen: &Mutex<Vec<String>>,
-) -> Result<(), tungstenite::Error> {
+) -> Result<(), String> {
     let mut query = String::new();
     let mut ws = tungstenite::accept_hdr(stream, |req: &Request, resp: Response| {
         query = req.uri().query().unwrap_or("").to_string();
         Ok(resp)
     })
-    .map_err(|e| tungstenite::Error::Io(std::io::Error::new(ErrorKind::Other, e.to_string())))?;
+    .map_err(|e| format!("handshake: {e}"))?;
     seen.lock().expect("lock").push(query.clone());
     let mut offset = None;
     let mut side = None;
@@ -237,7 +238,8 @@ fn serve(
     };
     let Some(asked) = offset else {
         // the probe (or a live subscriber): the greeting, then wait for its close
-        ws.send(Message::text(greeting("null")))?;
+        ws.send(Message::text(greeting("null")))
+            .map_err(|e| e.to_string())?;
         while ws.read().is_ok() {}
         return Ok(());
     };
@@ -251,20 +253,24 @@ fn serve(
         ws.close(Some(CloseFrame {
             code: CloseCode::from(4416),
             reason: reason.into(),
-        }))?;
+        }))
+        .map_err(|e| e.to_string())?;
         while ws.read().is_ok() {}
         return Ok(());
     }
-    ws.send(Message::text(greeting(&format!("[{from},{end}]"))))?;
+    ws.send(Message::text(greeting(&format!("[{from},{end}]"))))
+        .map_err(|e| e.to_string())?;
     for i in from..end + b.live {
         if side.is_none_or(|s| i % 2 == s) {
-            ws.send(Message::text(frame(codec, i)))?;
+            ws.send(Message::text(frame(codec, i)))
+                .map_err(|e| e.to_string())?;
         }
     }
     ws.close(Some(CloseFrame {
         code: CloseCode::Normal,
         reason: "".into(),
-    }))?;
+    }))
+    .map_err(|e| e.to_string())?;
     while ws.read().is_ok() {}
     Ok(())
 }
@@ -386,7 +392,9 @@ fn catch_up_refusals_say_why() {
         plain: None,
         ..tail_broker(&hint, &plain, &sid)
     });
-    let e = catch_up_from(&nowhere.url(), Offset::At(1)).err().expect("nowhere");
+    let e = catch_up_from(&nowhere.url(), Offset::At(1))
+        .err()
+        .expect("nowhere");
     assert!(matches!(e, ClientError::CatchUpNowhere { .. }), "{e}");
 
     // only `metadata` (the plain URI): read through the hint beside it
@@ -404,7 +412,9 @@ fn catch_up_refusals_say_why() {
         stream_id: "24af1392-0000-4000-8000-000000000000".into(),
         ..tail_broker(&hint, &plain, &sid)
     });
-    let e = catch_up_from(&other.url(), Offset::At(1)).err().expect("id");
+    let e = catch_up_from(&other.url(), Offset::At(1))
+        .err()
+        .expect("id");
     assert!(matches!(e, ClientError::CatchUpFailed { .. }), "{e}");
     assert!(e.to_string().contains("not 24af1392"), "{e}");
 
@@ -424,10 +434,19 @@ fn catch_up_refusals_say_why() {
         } => assert_eq!((*rounds, *through), (3, 3001)),
         other => panic!("{other}"),
     }
-    assert!(e.to_string().contains("could not be caught up in 3 rounds"), "{e}");
+    assert!(
+        e.to_string().contains("could not be caught up in 3 rounds"),
+        "{e}"
+    );
     assert_eq!(
         ahead.requests(),
-        ["offset=2990", "", "offset=3001", "offset=3001", "offset=3001"]
+        [
+            "offset=2990",
+            "",
+            "offset=3001",
+            "offset=3001",
+            "offset=3001"
+        ]
     );
 
     // a table that starts above the request
@@ -438,9 +457,18 @@ fn catch_up_refusals_say_why() {
         tail: 1001..1051,
         ..tail_broker(&hint, &plain, &sid)
     });
-    let e = catch_up_from(&above.url(), Offset::At(1)).err().expect("gap below");
+    let e = catch_up_from(&above.url(), Offset::At(1))
+        .err()
+        .expect("gap below");
     assert!(
-        matches!(e, ClientError::CatchUpGapBelow { requested: 1, floor: 101, .. }),
+        matches!(
+            e,
+            ClientError::CatchUpGapBelow {
+                requested: 1,
+                floor: 101,
+                ..
+            }
+        ),
         "{e}"
     );
     // ... and the earliest starts at its floor
@@ -454,7 +482,9 @@ fn catch_up_refusals_say_why() {
         return;
     };
     let hole = start(tail_broker(&hint, &plain, &sid));
-    let e = catch_up_from(&hole.url(), Offset::At(1)).err().expect("hole");
+    let e = catch_up_from(&hole.url(), Offset::At(1))
+        .err()
+        .expect("hole");
     assert!(matches!(e, ClientError::CatchUpFailed { .. }), "{e}");
     assert!(e.to_string().contains("1001..2001"), "{e}");
 }

@@ -262,7 +262,10 @@ fn handwritten_variants_read_the_same_rows() {
     let Some(f) = fixtures() else { return };
     for (name, kwargs) in [
         // the extent then comes from each file's Parquet statistics
-        ("hw-nostats", "stats=False, codec='null', manifest_header=False"),
+        (
+            "hw-nostats",
+            "stats=False, codec='null', manifest_header=False",
+        ),
         // columns by the table's name mapping
         ("hw-noids", "parquet_field_ids=False"),
         // one file, one snapshot
@@ -289,7 +292,10 @@ fn neither_field_ids_nor_a_name_mapping_is_refused_not_read_as_nulls() {
     let e = rows.next_chunk().expect_err("unmappable columns");
     let text = e.to_string();
     assert!(matches!(e, ReadError::Segment { .. }), "{text}");
-    assert!(text.contains("no field ids") && text.contains("no name mapping"), "{text}");
+    assert!(
+        text.contains("no field ids") && text.contains("no name mapping"),
+        "{text}"
+    );
     assert!(text.contains("1-2001-"), "names the file: {text}");
 }
 
@@ -319,15 +325,32 @@ fn a_table_above_the_request_is_refused_with_the_gap() {
     assert_eq!(table.extent(), 101..1001);
     let e = table.catch_up_range(Some(1)).expect_err("gap below");
     assert!(
-        matches!(e, ReadError::GapBelow { start: 1, floor: 101, .. }),
+        matches!(
+            e,
+            ReadError::GapBelow {
+                start: 1,
+                floor: 101,
+                ..
+            }
+        ),
         "{e}"
     );
     assert!(e.to_string().contains("the 100 rows between"), "{e}");
-    assert_eq!(table.catch_up_range(Some(101)).expect("at the floor"), 101..1001);
+    assert_eq!(
+        table.catch_up_range(Some(101)).expect("at the floor"),
+        101..1001
+    );
     assert_eq!(table.catch_up_range(None).expect("earliest"), 101..1001);
     let e = table.catch_up_range(Some(1001)).expect_err("nothing above");
     assert!(
-        matches!(e, ReadError::NothingAbove { start: 1001, end: 1001, .. }),
+        matches!(
+            e,
+            ReadError::NothingAbove {
+                start: 1001,
+                end: 1001,
+                ..
+            }
+        ),
         "{e}"
     );
     assert!(table.rows(1..1001, 100).is_err(), "outside the extent");
@@ -350,10 +373,16 @@ fn refusals_on_damaged_layouts_name_what_is_wrong() {
 
     // another stream's metadata
     let (_, hint, _) = handwritten(f, "hw-sid", "sid='24af1392-0000-4000-8000-000000000000'");
-    let e = PublishedTable::open(&hint, Some("f23e6bae-bb18-48ff-9956-48bb69dfdc73"), &no_s3())
-        .expect_err("stream id");
+    let e = PublishedTable::open(
+        &hint,
+        Some("f23e6bae-bb18-48ff-9956-48bb69dfdc73"),
+        &no_s3(),
+    )
+    .expect_err("stream id");
     assert!(matches!(e, ReadError::StreamIdMismatch { .. }), "{e}");
-    assert!(e.to_string().contains("is stream 24af1392-0000-4000-8000-000000000000, not f23e6bae"));
+    assert!(e
+        .to_string()
+        .contains("is stream 24af1392-0000-4000-8000-000000000000, not f23e6bae"));
 
     // a corrupt manifest: named, never read as an empty table
     let (root, hint, sid) = handwritten(f, "hw-manifest", "");
@@ -368,7 +397,10 @@ fn refusals_on_damaged_layouts_name_what_is_wrong() {
     std::fs::write(&manifest, &bytes).expect("write");
     let e = PublishedTable::open(&hint, Some(&sid), &no_s3()).expect_err("corrupt manifest");
     assert!(matches!(e, ReadError::Invalid { .. }), "{e}");
-    assert!(e.to_string().contains(&manifest.display().to_string()), "{e}");
+    assert!(
+        e.to_string().contains(&manifest.display().to_string()),
+        "{e}"
+    );
 
     // no Iceberg hint: nothing published, the catch-up has nothing above
     let (root, hint, sid) = handwritten(f, "hw-notable", "");
@@ -377,7 +409,11 @@ fn refusals_on_damaged_layouts_name_what_is_wrong() {
     let table = PublishedTable::open(&hint, Some(&sid), &no_s3()).expect("open");
     assert_eq!(table.extent(), 1..1);
     let e = table.catch_up_range(Some(1)).expect_err("nothing");
-    assert!(e.to_string().contains("end at offset 1, which is not above the 1"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("end at offset 1, which is not above the 1"),
+        "{e}"
+    );
 
     // a data file deleted: the read fails naming it (the client cannot see it at open)
     let (root, hint, sid) = handwritten(f, "hw-nodata", "");

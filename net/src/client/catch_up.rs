@@ -41,16 +41,19 @@ pub(super) enum Step {
     /// A row from the table.
     Row(Row),
     /// The table is delivered and the server accepted the resubscribe: the socket takes over.
-    Spliced {
-        /// The resumed subscription.
-        ws: WsConn,
-        /// Its greeting.
-        greeting: Greeting,
-        /// The offset it was opened at (the first row it may send).
-        resumed_at: u64,
-        /// Whether a `where=` filter applies (the first socket row may then be above it).
-        filtered: bool,
-    },
+    Spliced(Box<Splice>),
+}
+
+/// The resumed subscription a catch-up hands over.
+pub(super) struct Splice {
+    /// The resumed subscription.
+    pub(super) ws: WsConn,
+    /// Its greeting.
+    pub(super) greeting: Greeting,
+    /// The offset it was opened at (the first row it may send).
+    pub(super) resumed_at: u64,
+    /// Whether a `where=` filter applies (the first socket row may then be above it).
+    pub(super) filtered: bool,
 }
 
 /// A catch-up in progress.
@@ -92,13 +95,19 @@ impl CatchUp {
         } else {
             probe.stream.clone()
         };
-        let Some(uri) = probe.metadata_hint.clone().or_else(|| probe.metadata.clone()) else {
+        let Some(uri) = probe
+            .metadata_hint
+            .clone()
+            .or_else(|| probe.metadata.clone())
+        else {
             return Err(ClientError::CatchUpNowhere { stream });
         };
         // the server accepted the filter on the probe, so it parses; rows read from the table
         // are held to it here, as the server holds replayed and live rows to it
         let filter = match &opts.where_json {
-            Some(w) => Some(Filter::parse(w, None).map_err(|detail| ClientError::BadRequest { detail })?),
+            Some(w) => {
+                Some(Filter::parse(w, None).map_err(|detail| ClientError::BadRequest { detail })?)
+            }
             None => None,
         };
         let mut catch_up = CatchUp {
@@ -177,12 +186,12 @@ impl CatchUp {
                             self.start, self.start
                         )));
                     }
-                    return Ok(Step::Spliced {
+                    return Ok(Step::Spliced(Box::new(Splice {
                         ws,
                         greeting,
                         resumed_at: self.start,
                         filtered: self.filter.is_some(),
-                    });
+                    })));
                 }
                 Err(refused) if refused.is_catch_up_recoverable() => {
                     if self.round >= self.rounds_max {

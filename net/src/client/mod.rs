@@ -10,6 +10,10 @@
 //!   [`Publisher::submit`] pipelines up to a window and returns a [`Pending`] that resolves to
 //!   the offsets; batches are one transaction; `publisher = Some(id)` makes it exactly-once,
 //!   resuming after the greeting's mark.
+//! - With [`SubscribeOptions::catch_up`] (cargo feature `catch-up`), an offset older than the
+//!   server replays is read from the stream's published Iceberg table first, then the socket
+//!   resumes where the table ends: one stream of rows, no gap, no duplicate (the official
+//!   client's `catch_up=True`; `catch_up.rs`).
 //! - Every close code and error reply is a [`ClientError`] variant.
 //!
 //! ```no_run

@@ -174,16 +174,12 @@ impl Subscription {
                     self.check_increase(o)?;
                     return Ok(Some(row));
                 }
-                Ok(super::catch_up::Step::Spliced {
-                    ws,
-                    greeting,
-                    resumed_at,
-                    filtered,
-                }) => {
-                    self.ws = Some(ws);
-                    self.greeting = greeting;
+                Ok(super::catch_up::Step::Spliced(splice)) => {
+                    let splice = *splice;
+                    self.ws = Some(splice.ws);
+                    self.greeting = splice.greeting;
                     self.catch_up = None;
-                    self.splice_at = (!filtered).then_some(resumed_at);
+                    self.splice_at = (!splice.filtered).then_some(splice.resumed_at);
                 }
             }
         }

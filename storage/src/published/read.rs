@@ -137,7 +137,7 @@ pub enum ReadError {
         asked: Range<u64>,
     },
     /// A catch-up from `start` cannot begin: the published rows start above it.
-    #[error("'{stream}' asked to catch up from offset {start}, but its published tables ({table}) start at {floor}: the {} rows between are in neither the server nor the published tables; subscribe from the earliest offset to take what is left and accept the loss, or from offset {floor} to state that you know what is missing", floor - start)]
+    #[error("'{stream}' asked to catch up from offset {start}, but its published tables ({table}) start at {floor}: the {} rows between are in neither the server nor the published tables; subscribe from the earliest offset to take what is left and accept the loss, or from offset {floor} to state that you know what is missing", floor.saturating_sub(*start))]
     GapBelow {
         /// The stream.
         stream: String,
@@ -166,7 +166,7 @@ pub enum ReadError {
         /// The data file.
         uri: String,
         /// The reader's error.
-        source: TierError,
+        source: Box<TierError>,
     },
     /// A data file that did not hold every offset its manifest entry promises for the range.
     #[error("{uri}: expected offset {expected} next, {found}")]
@@ -478,12 +478,15 @@ impl TableRows {
             if let Some((file, reader, file_end)) = &mut self.reader {
                 let chunk = reader.next_chunk().map_err(|source| ReadError::Segment {
                     uri: file.uri.clone(),
-                    source,
+                    source: Box::new(source),
                 })?;
                 match chunk {
                     Some(chunk) => {
-                        let first = chunk.offsets[0];
-                        let last = chunk.offsets[chunk.len() - 1];
+                        let (Some(&first), Some(&last)) =
+                            (chunk.offsets.first(), chunk.offsets.last())
+                        else {
+                            continue;
+                        };
                         // offsets strictly increase (the segment reader checks it), so
                         // `last - first == len - 1` means they are consecutive
                         if first != self.next || last - first != chunk.len() as u64 - 1 {
@@ -532,7 +535,7 @@ impl TableRows {
             let reader = SegmentReader::open(bytes, &self.codec, read.clone(), &self.options)
                 .map_err(|source| ReadError::Segment {
                     uri: file.uri.clone(),
-                    source,
+                    source: Box::new(source),
                 })?;
             self.reader = Some((file, reader, read.end));
         }
@@ -862,9 +865,9 @@ fn mapped_columns(
         .get("properties")
         .and_then(|p| p.get("schema.name-mapping.default"))
     {
-        let text = mapping
-            .as_str()
-            .ok_or_else(|| invalid("properties.schema.name-mapping.default is not a string".into()))?;
+        let text = mapping.as_str().ok_or_else(|| {
+            invalid("properties.schema.name-mapping.default is not a string".into())
+        })?;
         let entries: Json = serde_json::from_str(text).map_err(|e| {
             invalid(format!(
                 "properties.schema.name-mapping.default is not JSON: {e}"
@@ -1101,7 +1104,9 @@ fn bound(data: &[(String, Avro)], name: &str, id: i32) -> Result<Option<u64>, St
         return Ok(None);
     };
     let Avro::Array(items) = map else {
-        return Err(format!("data_file.{name} is not a list of key/value records"));
+        return Err(format!(
+            "data_file.{name} is not a list of key/value records"
+        ));
     };
     for item in items {
         let Avro::Record(kv) = item else {
@@ -1303,7 +1308,10 @@ mod tests {
 
     #[test]
     fn hints_hold_one_file_name() {
-        assert_eq!(file_name("h", b" 00001-ab.metadata.json\n").unwrap(), "00001-ab.metadata.json");
+        assert_eq!(
+            file_name("h", b" 00001-ab.metadata.json\n").unwrap(),
+            "00001-ab.metadata.json"
+        );
         for bad in [&b""[..], b"  \n", b"../x", b"a/b", b"..", b"\xff"] {
             assert!(file_name("h", bad).is_err(), "{bad:?}");
         }
@@ -1317,13 +1325,22 @@ mod tests {
         assert_eq!((m.version, m.live_log.start_offset), (2, 1));
         assert_eq!(codec_of(&m).unwrap(), RowCodec::Schemaless);
         for (change, needle) in [
-            (("\"streamcast_metadata\":2", "\"streamcast_metadata\":99"), "99; this reader reads 1, 2, 3"),
+            (
+                ("\"streamcast_metadata\":2", "\"streamcast_metadata\":99"),
+                "99; this reader reads 1, 2, 3",
+            ),
             (("\"stream_id\":\"id\",", ""), "no stream_id"),
             (("\"sealed_logs\":[]", "\"sealed_logs\":[{}]"), "sealed log"),
             ((",\"system_schema\":{}", ""), "no live_log.system_schema"),
             (("\"file:///p\"", "\"/p\""), "needs a scheme"),
-            (("\"published\":\"file:///p\",", ""), "live_log.published is missing"),
-            (("\"start_offset\":1", "\"start_offset\":-1"), "live_log.start_offset"),
+            (
+                ("\"published\":\"file:///p\",", ""),
+                "live_log.published is missing",
+            ),
+            (
+                ("\"start_offset\":1", "\"start_offset\":-1"),
+                "live_log.start_offset",
+            ),
         ] {
             let text = good.replace(change.0, change.1);
             let e = parse_stream_metadata("file:///m.json", text.as_bytes())

@@ -235,8 +235,7 @@ impl SegmentReader {
                 (0, None, excluded)
             }
             ColumnMatch::Mapped(columns) => {
-                let (roots, offset_leaf, mapped) =
-                    map_columns(&builder, &expected, columns)?;
+                let (roots, offset_leaf, mapped) = map_columns(&builder, &expected, columns)?;
                 let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
                 builder = builder.with_projection(mask);
                 let excluded = vec![false; metadata.num_row_groups()];
@@ -509,9 +508,9 @@ fn map_columns<T>(
 fn same_shape(a: &DataType, b: &DataType) -> bool {
     let fields = |x: &Fields, y: &Fields| {
         x.len() == y.len()
-            && x.iter().zip(y.iter()).all(|(f, g)| {
-                f.name() == g.name() && same_shape(f.data_type(), g.data_type())
-            })
+            && x.iter()
+                .zip(y.iter())
+                .all(|(f, g)| f.name() == g.name() && same_shape(f.data_type(), g.data_type()))
     };
     match (a, b) {
         (DataType::Struct(x), DataType::Struct(y)) => fields(x, y),
