@@ -255,6 +255,11 @@ fn handwritten_layout_reads_every_row() {
     assert_eq!(table.files().len(), 2);
     check_rows(&table, 1..3001, |o| TS0 + o as i64);
     check_rows(&table, 2000..2002, |o| TS0 + o as i64);
+    // an empty range reads nothing, even across the extent's end
+    for empty in [5..5, 3001..3001, 9000..9000] {
+        let mut rows = table.rows(empty, 10).expect("empty range");
+        assert!(rows.next_chunk().expect("no rows").is_none());
+    }
 }
 
 #[test]

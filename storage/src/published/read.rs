@@ -413,7 +413,13 @@ impl PublishedTable {
     /// [`ReadError::Defect`] if the table has a hole, an overlap or a short file there.
     pub fn rows(&self, range: Range<u64>, chunk_rows: usize) -> Result<TableRows, ReadError> {
         let extent = self.extent();
-        if range.start < range.end && (range.start < extent.start || range.end > extent.end) {
+        // an empty range reads nothing, wherever it is
+        let range = if range.start < range.end {
+            range
+        } else {
+            range.start..range.start
+        };
+        if !range.is_empty() && (range.start < extent.start || range.end > extent.end) {
             return Err(ReadError::OutsideExtent {
                 table: self.table.clone(),
                 extent,
@@ -423,7 +429,7 @@ impl PublishedTable {
         if let Some((offsets, what)) = self
             .defects
             .iter()
-            .find(|(r, _)| r.start < range.end && range.start < r.end)
+            .find(|(r, _)| !range.is_empty() && r.start < range.end && range.start < r.end)
         {
             return Err(ReadError::Defect {
                 table: self.table.clone(),
@@ -435,7 +441,7 @@ impl PublishedTable {
         let files = self
             .files
             .iter()
-            .filter(|f| f.offsets.0 < range.end && range.start <= f.offsets.1)
+            .filter(|f| !range.is_empty() && f.offsets.0 < range.end && range.start <= f.offsets.1)
             .cloned()
             .collect::<Vec<_>>();
         Ok(TableRows {
