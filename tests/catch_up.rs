@@ -10,6 +10,11 @@
 //!
 //! The layout needs the anchor venv (`../shared/tools/anchor/setup.sh`, run by `.ci/run`):
 //! without it the tests print `skipped: …` and pass, except under CI (`CI` set).
+//!
+//! Then end to end with the real binary and no Python at all
+//! (`catch_up_from_corecasts_own_published_table`): corecast publishes a stream's sealed
+//! segments to its local table (the default `published`), and our client and `corecast sub
+//! --catch-up` read 1..end from it and the socket, once each, byte for byte.
 
 mod support;
 
@@ -19,8 +24,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use corecast_net::client::{blocking, ClientError, Offset, SubscribeOptions};
+use corecast_net::client::{blocking, ClientError, Offset, PublishOptions, SubscribeOptions};
 use corecast_storage::json;
+use corecast_storage::published::{PublishedTable, S3Options};
 use corecast_storage::schema::{RowCodec, Schema};
 use tungstenite::handshake::server::{Request, Response};
 use tungstenite::protocol::frame::coding::CloseCode;
@@ -518,4 +524,139 @@ fn corecast_sub_catch_up_prints_every_row_once() {
         .expect("corecast sub");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--catch-up"));
+}
+
+/// A stream whose seals come by size (64 KiB of rows, 16 KiB hot segments), published to the
+/// default local table, replaying at most 100 rows: offset 1 is soon too old for the socket.
+const E2E_CONFIG: &str = r#"
+[[stream]]
+name = "trades"
+schema = "@trade"
+max_replay = 100
+seal_every_s = 3600
+seal_target_bytes = 65536
+segment_bytes = 16384
+"#;
+
+fn e2e_row(i: u64) -> String {
+    support::trade(i as i64, ["BTCUSD", "ETHUSD"][(i % 2) as usize])
+}
+
+fn publish_rows(p: &mut blocking::Publisher, rows: std::ops::Range<u64>) {
+    let batch: Vec<String> = rows.map(e2e_row).collect();
+    for chunk in batch.chunks(100) {
+        p.submit_batch(chunk).expect("submit");
+    }
+    p.flush().expect("acks");
+}
+
+#[test]
+fn catch_up_from_corecasts_own_published_table() {
+    let setup = support::Setup::new();
+    let cfg = setup.config(E2E_CONFIG);
+    let server = support::Server::start(Some(&cfg), &setup.data(), &[]);
+    let url = server.url("trades");
+    let codec = codec();
+    let mut p = blocking::publish(&url, PublishOptions::default()).expect("publisher");
+    publish_rows(&mut p, 1..3051);
+    let mut end = 3051u64;
+
+    // the probe's view: the greeting names the table's stream metadata
+    let probe = blocking::connect(&url, SubscribeOptions::default()).expect("live");
+    let (hint, sid) = (
+        probe
+            .greeting()
+            .metadata_hint
+            .clone()
+            .expect("metadata_hint"),
+        probe.greeting().stream_id.clone().expect("stream_id"),
+    );
+    assert!(probe.greeting().metadata.is_some());
+    probe.close().expect("close");
+    // wait for the table to hold most rows, with a tail left for the socket to replay
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let table_end = loop {
+        let table = PublishedTable::open(&hint, Some(&sid), &S3Options::default());
+        if let Ok(t) = &table {
+            if t.end() > 1000 && t.end() < end {
+                break t.end();
+            }
+            if t.end() == end {
+                publish_rows(&mut p, end..end + 7);
+                end += 7;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no table with a tail: {:?}",
+            table.map(|t| t.extent())
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+
+    // without catch-up: refused
+    let e = blocking::connect(
+        &url,
+        SubscribeOptions {
+            offset: Some(Offset::At(1)),
+            ..SubscribeOptions::default()
+        },
+    )
+    .err()
+    .expect("offset 1 is refused");
+    assert!(e.is_catch_up_recoverable(), "{e}");
+
+    // the library: 1..end once each, then live rows on the same subscription
+    let mut s = catch_up_from(&url, Offset::At(1)).expect("catch-up");
+    let mut frames = Vec::new();
+    for want in 1..end {
+        let row = s.next().expect("row").expect("a row");
+        assert_eq!(row.offset, Some(want));
+        let mut canonical = Vec::new();
+        codec
+            .encode_row(
+                &json::parse(e2e_row(want).as_bytes()).expect("json"),
+                &mut canonical,
+            )
+            .expect("valid");
+        assert_eq!(row.row().as_bytes(), canonical.as_slice(), "offset {want}");
+        frames.push(row.frame().to_string());
+    }
+    assert!(!s.is_catching_up());
+    let replay = s
+        .greeting()
+        .replay
+        .expect("the resumed subscription's replay");
+    assert!(
+        replay.0 <= table_end,
+        "resumed at {replay:?}, table ends at {table_end}"
+    );
+    publish_rows(&mut p, end..end + 5);
+    for want in end..end + 5 {
+        assert_eq!(
+            s.next().expect("row").expect("a live row").offset,
+            Some(want)
+        );
+    }
+    s.close().expect("close");
+
+    // the CLI: the same lines, byte for byte (ts included: the table holds the broker's own)
+    let out = Command::new(support::corecast_bin())
+        .args(["sub", &url, "--offset", "1", "--catch-up", "--count"])
+        .arg((end - 1).to_string())
+        .output()
+        .expect("corecast sub");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("utf8");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), frames.len());
+    for (line, frame) in lines.iter().zip(&frames) {
+        assert_eq!(line, frame);
+    }
+    p.close().expect("publisher close");
+    server.stop();
 }

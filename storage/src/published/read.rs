@@ -312,6 +312,20 @@ impl PublishedTable {
                 named_by: hint.clone(),
             })?;
         let iceberg = parse_json(&table_metadata, &bytes)?;
+        match iceberg.get("format-version").and_then(Json::as_u64) {
+            Some(2) => {}
+            other => {
+                return Err(ReadError::Unsupported {
+                    uri: table_metadata,
+                    what: format!(
+                        "format-version {}",
+                        other.map_or("(none)".into(), |v| v.to_string())
+                    ),
+                })
+            }
+        }
+        // the declared columns in the table's order: the order of the keys in every row
+        opened.codec = codec_in_table_order(&opened.metadata, &table_metadata, &iceberg)?;
         opened.columns = mapped_columns(&table_metadata, &iceberg, &opened.codec)?;
         opened.table_metadata = Some(table_metadata.clone());
         let Some(list) = current_manifest_list(&table_metadata, &iceberg)? else {
@@ -815,6 +829,119 @@ fn codec_of(metadata: &StreamMetadata) -> Result<RowCodec, ReadError> {
         .map_err(|e| invalid(e.to_string()))
 }
 
+/// The row codec of `live_log.schema` with its properties (at every depth) in the order of the
+/// table schema's fields. The table's column order is the declaration order, which is the key
+/// order of every canonical row; the official client also takes caught-up rows' key order from
+/// the table (PUBLISHED.md §3.7), and a writer that stored the JSON Schema through a sorted map
+/// loses it there. Properties the table lacks keep their place after the ones it has (and are
+/// then refused by [`mapped_columns`]).
+fn codec_in_table_order(
+    metadata: &StreamMetadata,
+    table_uri: &str,
+    iceberg: &Json,
+) -> Result<RowCodec, ReadError> {
+    let declared =
+        crate::json::parse_unique(metadata.live_log.schema_json.as_bytes()).map_err(|e| {
+            ReadError::Invalid {
+                uri: metadata.uri.clone(),
+                what: format!("live_log.schema: {e}"),
+            }
+        })?;
+    if declared.as_object().is_none_or(|o| o.is_empty()) {
+        return codec_of(metadata);
+    }
+    let table = current_schema(table_uri, iceberg)?;
+    let mut ordered = String::with_capacity(metadata.live_log.schema_json.len());
+    write_ordered(&declared, Some(table), &mut ordered);
+    let schema = crate::json::parse_unique(ordered.as_bytes()).map_err(|e| ReadError::Invalid {
+        uri: metadata.uri.clone(),
+        what: format!("live_log.schema: {e}"),
+    })?;
+    Schema::compile_value(&schema)
+        .map(RowCodec::Schema)
+        .map_err(|e| ReadError::Invalid {
+            uri: metadata.uri.clone(),
+            what: format!("live_log.schema: {e}"),
+        })
+}
+
+/// Writes the JSON Schema `node` with the `properties` of each object in the order of the
+/// Iceberg struct `ty`'s fields (`items` follows a list's `element`, `additionalProperties` a
+/// map's `value`).
+fn write_ordered(node: &sonic_rs::Value, ty: Option<&Json>, out: &mut String) {
+    let Some(object) = node.as_object() else {
+        out.push_str(&node.to_string());
+        return;
+    };
+    let nested = |key: &str| ty.and_then(|t| t.get(key));
+    out.push('{');
+    for (i, (key, value)) in object.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::Value::from(key).to_string());
+        out.push(':');
+        match key {
+            "properties" if value.is_object() => {
+                let fields = nested("fields").and_then(Json::as_array);
+                let properties: Vec<(&str, &sonic_rs::Value)> = value
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|o| o.iter())
+                    .collect();
+                let mut listed: Vec<(&str, &sonic_rs::Value, Option<&Json>)> = Vec::new();
+                for f in fields.into_iter().flatten() {
+                    let name = f.get("name").and_then(Json::as_str);
+                    if let Some(&(k, v)) = properties.iter().find(|(k, _)| Some(*k) == name) {
+                        listed.push((k, v, f.get("type")));
+                    }
+                }
+                for &(k, v) in &properties {
+                    if !listed.iter().any(|(n, _, _)| *n == k) {
+                        listed.push((k, v, None));
+                    }
+                }
+                out.push('{');
+                for (j, (k, v, t)) in listed.iter().enumerate() {
+                    if j > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&serde_json::Value::from(*k).to_string());
+                    out.push(':');
+                    write_ordered(v, *t, out);
+                }
+                out.push('}');
+            }
+            "items" => write_ordered(value, nested("element"), out),
+            "additionalProperties" => write_ordered(value, nested("value"), out),
+            _ => out.push_str(&value.to_string()),
+        }
+    }
+    out.push('}');
+}
+
+/// The table's current schema (`schemas[current-schema-id]`).
+fn current_schema<'a>(uri: &str, iceberg: &'a Json) -> Result<&'a Json, ReadError> {
+    let current = json_field(uri, iceberg, "current-schema-id")?
+        .as_i64()
+        .ok_or_else(|| ReadError::Invalid {
+            uri: uri.to_string(),
+            what: "current-schema-id is not an integer".into(),
+        })?;
+    json_field(uri, iceberg, "schemas")?
+        .as_array()
+        .ok_or_else(|| ReadError::Invalid {
+            uri: uri.to_string(),
+            what: "schemas is not a list".into(),
+        })?
+        .iter()
+        .find(|s| s.get("schema-id").and_then(Json::as_i64) == Some(current))
+        .ok_or_else(|| ReadError::Invalid {
+            uri: uri.to_string(),
+            what: format!("no schema with schema-id {current} in schemas"),
+        })
+}
+
 /// The table schema's field id of each segment column (`litelink_offset`, the declared
 /// columns or `row`, `streamcast_ts`), with the names the table's name mapping gives it.
 fn mapped_columns(
@@ -826,28 +953,8 @@ fn mapped_columns(
         uri: uri.to_string(),
         what,
     };
-    match iceberg.get("format-version").and_then(Json::as_u64) {
-        Some(2) => {}
-        other => {
-            return Err(ReadError::Unsupported {
-                uri: uri.to_string(),
-                what: format!(
-                    "format-version {}",
-                    other.map_or("(none)".into(), |v| v.to_string())
-                ),
-            })
-        }
-    }
-    let current = json_field(uri, iceberg, "current-schema-id")?
-        .as_i64()
-        .ok_or_else(|| invalid("current-schema-id is not an integer".into()))?;
-    let schemas = json_field(uri, iceberg, "schemas")?
-        .as_array()
-        .ok_or_else(|| invalid("schemas is not a list".into()))?;
-    let schema = schemas
-        .iter()
-        .find(|s| s.get("schema-id").and_then(Json::as_i64) == Some(current))
-        .ok_or_else(|| invalid(format!("no schema with schema-id {current} in schemas")))?;
+    let schema = current_schema(uri, iceberg)?;
+    let current = schema.get("schema-id").and_then(Json::as_i64).unwrap_or(0);
     let fields = schema
         .get("fields")
         .and_then(Json::as_array)
@@ -1310,6 +1417,40 @@ mod tests {
             .contains("negative"));
         let null = vec![("lower_bounds".into(), Avro::Union(0, Box::new(Avro::Null)))];
         assert_eq!(bound(&null, "lower_bounds", 1), Ok(None));
+    }
+
+    #[test]
+    fn declared_order_comes_from_the_table_at_every_depth() {
+        // a stream metadata schema stored through a sorted map, and the table in declared order
+        let sorted = r#"{"properties":{"a":{"type":"integer"},"b":{"properties":{"x":{"type":"string"},"y":{"type":"boolean"}},"required":["x","y"],"type":"object"},"z":{"type":"number"}},"required":["z","a","b"],"type":"object"}"#;
+        let table: Json = serde_json::from_str(
+            r#"{"type":"struct","fields":[{"id":1,"name":"litelink_offset","type":"long"},
+              {"id":2,"name":"z","type":"double"},
+              {"id":3,"name":"b","type":{"type":"struct","fields":[{"id":6,"name":"y","type":"boolean"},{"id":7,"name":"x","type":"string"}]}},
+              {"id":4,"name":"a","type":"long"},{"id":5,"name":"streamcast_ts","type":"long"}]}"#,
+        )
+        .unwrap();
+        let mut out = String::new();
+        write_ordered(
+            &crate::json::parse_unique(sorted.as_bytes()).unwrap(),
+            Some(&table),
+            &mut out,
+        );
+        let schema = Schema::compile(&out).expect("still the same schema");
+        assert_eq!(schema.column_names().collect::<Vec<_>>(), ["z", "b", "a"]);
+        assert!(
+            out.contains(r#""b":{"properties":{"y":{"type":"boolean"},"x":{"type":"string"}}"#),
+            "{out}"
+        );
+        // without a table, the order is the file's
+        let mut out = String::new();
+        write_ordered(
+            &crate::json::parse_unique(sorted.as_bytes()).unwrap(),
+            None,
+            &mut out,
+        );
+        let schema = Schema::compile(&out).expect("schema");
+        assert_eq!(schema.column_names().collect::<Vec<_>>(), ["a", "b", "z"]);
     }
 
     #[test]
