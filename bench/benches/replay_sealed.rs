@@ -133,7 +133,7 @@ fn sealed_frames(codec: &RowCodec, segment: &Path, mut sink: impl FnMut(FrameBat
     let to = ROWS as u64 + 1;
     let options = ReadOptions {
         chunk_rows: REPLAY_CHUNK_ROWS,
-        prune: Vec::new(),
+        ..ReadOptions::default()
     };
     let file = File::open(segment).expect("segment");
     let mut reader = SegmentReader::open(file, codec, 1..to, &options).expect("open");

@@ -2,6 +2,7 @@
 //!
 //! - [`schema`]: the JSON Schema subset of PROTOCOL.md §9 compiled to an Arrow schema and back
 //!   (the form a greeting publishes), and strict row validation with canonical encoding.
+//! - [`filter`]: `where=` filters (parsed once, matched on canonical row bytes).
 //! - [`json`]: the strict JSON front door (duplicate keys, lone surrogates, depth, non-finite numbers).
 //! - [`log`]: the per-stream hot log (preallocated segment files, one record, one `pwrite` and
 //!   one `fdatasync` per group commit), exactly-once publisher marks, readers for replay scans,
@@ -11,6 +12,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod filter;
 pub mod json;
 pub mod log;
 pub mod published;

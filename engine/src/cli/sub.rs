@@ -1,4 +1,4 @@
-//! `corecast sub URL [--offset N|earliest] [--where JSON] [--cursor FILE] [--count N] [--rows-only]`.
+//! `corecast sub URL [--offset N|earliest] [--where JSON] [--cursor FILE] [--catch-up [--catch-up-retries N]] [--count N] [--rows-only]`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,6 +23,17 @@ pub struct SubArgs {
     /// last offset consumed, is saved at most once a second and on exit, and never moves back.
     #[arg(long, value_name = "FILE")]
     pub cursor: Option<PathBuf>,
+    /// When the server no longer replays the offset asked for (4416 too_old or evicted), read
+    /// the gap from the stream's published table, then resume on the socket where the table
+    /// ends: every row once, in order, as the socket would have sent it. An s3:// table is read
+    /// with the standard AWS_* environment (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID,
+    /// AWS_SECRET_ACCESS_KEY).
+    #[arg(long)]
+    pub catch_up: bool,
+    /// Rounds of reading the table and resubscribing before giving up, while the server keeps
+    /// refusing (it moves on while the table is read).
+    #[arg(long, value_name = "N", default_value_t = corecast_net::client::CATCH_UP_RETRIES, requires = "catch_up")]
+    pub catch_up_retries: u32,
     /// Stop after N rows.
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
@@ -38,7 +49,8 @@ const fn const_format_help() -> &'static str {
         "  corecast sub ws://127.0.0.1:8765/trades                        # live rows\n",
         "  corecast sub ws://127.0.0.1:8765/trades --offset earliest --count 100\n",
         "  corecast sub ws://127.0.0.1:8765/trades --offset 1200 --where '{\"side\":1}'\n",
-        "  corecast sub ws://127.0.0.1:8765/trades --cursor trades.cursor --offset earliest   # resumable\n\n",
+        "  corecast sub ws://127.0.0.1:8765/trades --cursor trades.cursor --offset earliest   # resumable\n",
+        "  corecast sub ws://127.0.0.1:8765/trades --offset 1 --catch-up  # older rows from the published table\n\n",
         crate::exit_codes_help!()
     )
 }
@@ -72,6 +84,8 @@ pub fn run(args: SubArgs) -> ExitCode {
         offset: args.offset,
         where_json: args.where_json,
         cursor_file: args.cursor,
+        catch_up: args.catch_up,
+        catch_up_retries: args.catch_up_retries,
     };
     let sub = match blocking::connect(&args.url, opts) {
         Ok(s) => s,

@@ -120,6 +120,7 @@ impl SealedReads {
                 let options = ReadOptions {
                     chunk_rows: REPLAY_CHUNK_ROWS,
                     prune: request.prune.to_vec(),
+                    ..ReadOptions::default()
                 };
                 let range = request.from..request.entry.end_offset();
                 let reader = SegmentReader::open(file, codec, range, &options)

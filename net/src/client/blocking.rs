@@ -40,6 +40,12 @@ impl Subscription {
         self.inner().last_offset()
     }
 
+    /// Whether rows still come from the published table (a catch-up not yet spliced onto the
+    /// socket).
+    pub fn is_catching_up(&self) -> bool {
+        self.inner().is_catching_up()
+    }
+
     /// The cursor file, when the subscription has one.
     pub fn cursor_path(&self) -> Option<std::path::PathBuf> {
         self.inner

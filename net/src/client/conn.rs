@@ -345,6 +345,8 @@ impl Greeting {
             durable: flag("durable"),
             group_commit: flag("group_commit"),
             stream_id: text_of("stream_id"),
+            metadata: text_of("metadata"),
+            metadata_hint: text_of("metadata_hint"),
             publisher,
             schema: v
                 .get("schema")

@@ -122,6 +122,64 @@ pub enum ClientError {
     /// The caller used the API wrongly (a batch of zero rows, a row that is not an object…).
     #[error("{0}")]
     Usage(String),
+    /// Catch-up: the server will not replay the offset, and its greeting names no published
+    /// metadata (`metadata_hint` and `metadata` null: the stream has no log), so there is
+    /// nowhere to read the gap from.
+    #[error("stream '{stream}' is further behind than the server will replay, and the server names no published metadata for it, so there is nothing published to read the gap from: raise the stream's max_replay, or subscribe from the earliest offset to take what it still holds and accept the loss")]
+    CatchUpNowhere {
+        /// The stream.
+        stream: String,
+    },
+    /// Catch-up: the published table starts above the offset asked for; the rows between are
+    /// in neither the server nor the table.
+    #[error("'{stream}' asked to catch up from offset {requested}, but its published tables ({table}) start at {floor}: the {} rows between are in neither the server nor the published tables; subscribe from the earliest offset to take what is left and accept the loss, or from offset {floor} to state that you know what is missing", floor.saturating_sub(*requested))]
+    CatchUpGapBelow {
+        /// The stream.
+        stream: String,
+        /// The table's URI.
+        table: String,
+        /// The offset asked for.
+        requested: u64,
+        /// The table's first offset.
+        floor: u64,
+    },
+    /// Catch-up: the published table ends at or below the offset asked for, and the server
+    /// has forgotten the rows between.
+    #[error("'{stream}' is behind the server's replay window, and its published tables ({table}) end at offset {end}, which is not above the {requested} being asked for: the rows between are in neither the server nor the published tables; subscribe from the earliest offset to take what is left and accept the loss")]
+    CatchUpNothingAbove {
+        /// The stream.
+        stream: String,
+        /// The table's URI.
+        table: String,
+        /// The offset asked for (the table's floor or end for the earliest).
+        requested: u64,
+        /// The table's end.
+        end: u64,
+    },
+    /// Catch-up: after `rounds` rounds of reading the table and resubscribing, the server
+    /// still refuses; every published row up to `through` was delivered.
+    #[error("'{stream}' could not be caught up in {rounds} rounds: everything published was delivered, up to offset {through}, and the server still will not replay from there ({refusal}); the stream is written faster than it is published, or its max_replay is too small: publish more often, raise max_replay or the catch-up retries, and resubscribe at offset {through}")]
+    CatchUpExhausted {
+        /// The stream.
+        stream: String,
+        /// The rounds made.
+        rounds: u32,
+        /// The offset the last round resumed at (every row below it was delivered).
+        through: u64,
+        /// The server's last refusal.
+        refusal: String,
+    },
+    /// Catch-up: the published table could not be read (a missing or damaged file, another
+    /// stream's metadata, a hole in the offsets, a store or credentials failure).
+    #[error("cannot catch up '{stream}' from {uri}: {detail}")]
+    CatchUpFailed {
+        /// The stream.
+        stream: String,
+        /// The stream metadata URI the greeting named.
+        uri: String,
+        /// What failed, naming the file.
+        detail: String,
+    },
 }
 
 /// What to do about a 4416, when the reason says.
@@ -167,6 +225,11 @@ impl ClientError {
             ClientError::Closed { .. } => "closed",
             ClientError::Cursor { .. } => "cursor",
             ClientError::Usage(_) => "usage",
+            ClientError::CatchUpNowhere { .. } => "catch_up_nowhere",
+            ClientError::CatchUpGapBelow { .. } => "catch_up_gap_below",
+            ClientError::CatchUpNothingAbove { .. } => "catch_up_nothing_above",
+            ClientError::CatchUpExhausted { .. } => "catch_up_exhausted",
+            ClientError::CatchUpFailed { .. } => "catch_up_failed",
         }
     }
 
@@ -193,6 +256,13 @@ impl ClientError {
             }
             _ => None,
         }
+    }
+
+    /// Whether this refusal is one a catch-up answers: 4416 `too_old` or `evicted` (the rows
+    /// exist but the server no longer replays them). `ahead`, `not_durable` and `empty` are
+    /// not gaps in the published table.
+    pub fn is_catch_up_recoverable(&self) -> bool {
+        matches!(self, ClientError::NotReplayable { why, .. } if why == "too_old" || why == "evicted")
     }
 
     pub(crate) fn io(e: std::io::Error) -> ClientError {

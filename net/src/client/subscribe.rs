@@ -7,7 +7,9 @@ use super::{ClientError, Cursor, Greeting, Offset, Row, SubscribeOptions, Target
 /// An open subscription. Rows come from [`Subscription::next`]; end it with
 /// [`Subscription::close`] (which saves the cursor) or drop it (which does not).
 pub struct Subscription {
-    ws: WsConn,
+    /// The socket; `None` while a catch-up reads the published table (nothing is connected
+    /// then: a socket held meanwhile would fill the server's backlog for this subscriber).
+    ws: Option<WsConn>,
     greeting: Greeting,
     target: Target,
     last_offset: Option<u64>,
@@ -15,12 +17,26 @@ pub struct Subscription {
     handed: Option<u64>,
     cursor: Option<Cursor>,
     ended: bool,
+    /// The catch-up under way, until the socket has taken over.
+    #[cfg(feature = "catch-up")]
+    catch_up: Option<super::catch_up::CatchUp>,
+    /// After a catch-up without a filter: the offset the first socket row must have (the
+    /// splice leaves no gap).
+    #[cfg_attr(not(feature = "catch-up"), allow(dead_code))]
+    splice_at: Option<u64>,
 }
 
 /// Subscribes to `url` (`ws://HOST:PORT/STREAM`) and waits for the greeting. A refusal (4404,
-/// 4416, 4400, …) comes back as the matching [`ClientError`].
+/// 4416, 4400, …) comes back as the matching [`ClientError`]; with
+/// [`SubscribeOptions::catch_up`], a 4416 `too_old`/`evicted` starts a catch-up instead, whose
+/// first round's table is opened and checked before this returns.
 pub async fn connect(url: &str, opts: SubscribeOptions) -> Result<Subscription, ClientError> {
     let target = Target::parse(url)?;
+    if opts.catch_up && cfg!(not(feature = "catch-up")) {
+        return Err(ClientError::Usage(
+            "catch-up needs corecast-net built with the `catch-up` feature".into(),
+        ));
+    }
     let cursor = match &opts.cursor_file {
         Some(p) => Some(Cursor::open(p)?),
         None => None,
@@ -31,6 +47,45 @@ pub async fn connect(url: &str, opts: SubscribeOptions) -> Result<Subscription, 
         (None, Some(n)) => Offset::At(n),
         (None, None) => Offset::Live,
     };
+    match open(&target, offset, opts.where_json.as_deref()).await {
+        Ok((ws, greeting)) => Ok(Subscription {
+            ws: Some(ws),
+            greeting,
+            target,
+            last_offset: None,
+            handed: None,
+            cursor,
+            ended: false,
+            #[cfg(feature = "catch-up")]
+            catch_up: None,
+            splice_at: None,
+        }),
+        #[cfg(feature = "catch-up")]
+        Err(refused) if opts.catch_up && refused.is_catch_up_recoverable() => {
+            let (catch_up, probe) =
+                super::catch_up::CatchUp::start(&target, offset, &opts, refused).await?;
+            Ok(Subscription {
+                ws: None,
+                greeting: probe,
+                target,
+                last_offset: None,
+                handed: None,
+                cursor,
+                ended: false,
+                catch_up: Some(catch_up),
+                splice_at: None,
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Opens one subscription at `offset` and reads its greeting.
+pub(super) async fn open(
+    target: &Target,
+    offset: Offset,
+    where_json: Option<&str>,
+) -> Result<(WsConn, Greeting), ClientError> {
     let offset_text = match offset {
         Offset::Live => None,
         Offset::Earliest => Some("0".to_string()),
@@ -40,25 +95,19 @@ pub async fn connect(url: &str, opts: SubscribeOptions) -> Result<Subscription, 
     if let Some(o) = &offset_text {
         query.push(("offset", Some(o)));
     }
-    if let Some(w) = &opts.where_json {
+    if let Some(w) = where_json {
         query.push(("where", Some(w)));
     }
     let addr = target.resolve()?;
     let mut ws = WsConn::open(addr, &target.host_header(), &target.path_and_query(&query)).await?;
     let greeting = ws.greeting().await?;
-    Ok(Subscription {
-        ws,
-        greeting,
-        target,
-        last_offset: None,
-        handed: None,
-        cursor,
-        ended: false,
-    })
+    Ok((ws, greeting))
 }
 
 impl Subscription {
-    /// The greeting.
+    /// The greeting: the socket's; during a catch-up, the probe connection's (its
+    /// `end_offset` is where the stream was then), replaced by the resumed subscription's once
+    /// the socket takes over.
     pub fn greeting(&self) -> &Greeting {
         &self.greeting
     }
@@ -81,7 +130,21 @@ impl Subscription {
     /// Whether bytes of a next frame are already buffered (so [`Subscription::next`] may not
     /// wait): a consumer can flush its output when this is false.
     pub fn has_buffered(&self) -> bool {
-        self.ws.has_buffered()
+        #[cfg(feature = "catch-up")]
+        if let Some(c) = &self.catch_up {
+            return c.has_buffered();
+        }
+        self.ws.as_ref().is_some_and(WsConn::has_buffered)
+    }
+
+    /// Whether rows still come from the published table (a catch-up not yet spliced onto the
+    /// socket).
+    pub fn is_catching_up(&self) -> bool {
+        #[cfg(feature = "catch-up")]
+        if self.catch_up.is_some() {
+            return true;
+        }
+        false
     }
 
     fn confirm_handed(&mut self) -> Result<(), ClientError> {
@@ -99,7 +162,32 @@ impl Subscription {
         if self.ended {
             return Ok(None);
         }
-        match self.ws.recv().await {
+        #[cfg(feature = "catch-up")]
+        if let Some(c) = &mut self.catch_up {
+            match c.next(&self.target).await {
+                Err(e) => {
+                    self.ended = true;
+                    return Err(e);
+                }
+                Ok(super::catch_up::Step::Row(row)) => {
+                    let o = row.offset.unwrap_or(0);
+                    self.check_increase(o)?;
+                    return Ok(Some(row));
+                }
+                Ok(super::catch_up::Step::Spliced(splice)) => {
+                    let splice = *splice;
+                    self.ws = Some(splice.ws);
+                    self.greeting = splice.greeting;
+                    self.catch_up = None;
+                    self.splice_at = (!splice.filtered).then_some(splice.resumed_at);
+                }
+            }
+        }
+        let Some(ws) = self.ws.as_mut() else {
+            self.ended = true;
+            return Ok(None);
+        };
+        match ws.recv().await {
             Err(e) => {
                 self.ended = true;
                 Err(e)
@@ -114,19 +202,34 @@ impl Subscription {
             Ok(Incoming::Message(bytes)) => {
                 let row = Row::parse(bytes)?;
                 if let Some(o) = row.offset {
-                    if self.last_offset.is_some_and(|l| o <= l) {
-                        self.ended = true;
-                        return Err(ClientError::Protocol(format!(
-                            "offsets went backwards: {o} after {}",
-                            self.last_offset.unwrap_or(0)
-                        )));
+                    if let Some(want) = self.splice_at.take() {
+                        if o != want {
+                            self.ended = true;
+                            return Err(ClientError::Protocol(format!(
+                                "the catch-up read the published table up to offset {}, but the server's first row after it is offset {o}, not {want}",
+                                want.saturating_sub(1)
+                            )));
+                        }
                     }
-                    self.last_offset = Some(o);
-                    self.handed = Some(o);
+                    self.check_increase(o)?;
                 }
                 Ok(Some(row))
             }
         }
+    }
+
+    /// Records `o` as the last offset, refusing one that does not increase (across the splice
+    /// too: a table row and a socket row never share an offset).
+    fn check_increase(&mut self, o: u64) -> Result<(), ClientError> {
+        if let Some(l) = self.last_offset.filter(|&l| o <= l) {
+            self.ended = true;
+            return Err(ClientError::Protocol(format!(
+                "offsets went backwards: {o} after {l}"
+            )));
+        }
+        self.last_offset = Some(o);
+        self.handed = Some(o);
+        Ok(())
     }
 
     /// Ends the subscription cleanly: the last row handed out counts as consumed, the cursor
@@ -138,8 +241,8 @@ impl Subscription {
                 Some(c) => c.save(),
                 None => Ok(()),
             });
-        if !self.ended {
-            self.ws.close().await;
+        if let (false, Some(ws)) = (self.ended, self.ws.as_mut()) {
+            ws.close().await;
         }
         saved
     }
@@ -147,8 +250,8 @@ impl Subscription {
     /// Ends the subscription because the consumer failed: the last row handed out is **not**
     /// counted, and nothing more is saved.
     pub async fn abandon(mut self) {
-        if !self.ended {
-            self.ws.send_close(1000).await;
+        if let (false, Some(ws)) = (self.ended, self.ws.as_mut()) {
+            ws.send_close(1000).await;
         }
     }
 }

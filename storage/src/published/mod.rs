@@ -8,6 +8,9 @@
 //! - [`table`]: the [`Publisher`], which commits sealed segments to the table one snapshot at a
 //!   time with a crash protocol (each name written once, bottom up, the hint last), applies
 //!   retention, and deletes what no kept version names after a grace period.
+//! - [`read`]: a stream's published history read back ([`PublishedTable`]): the stream
+//!   metadata, the table's extent, and the rows of an offset range, byte-identical to a live
+//!   subscriber's (the client's catch-up).
 //!
 //! # The layout (default, local)
 //!
@@ -28,10 +31,12 @@
 pub mod avro;
 pub mod iceberg;
 pub mod layout;
+pub mod read;
 pub mod store;
 pub mod table;
 
 pub use layout::Layout;
+pub use read::{DataFile, PublishedTable, ReadError, StreamMetadata, TableRows};
 pub use store::{S3Options, Store, StoreError};
 pub use table::{FaultPoint, PublishStatus, Publisher, SegmentToPublish, StreamInfo};
 

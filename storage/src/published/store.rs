@@ -97,6 +97,16 @@ impl fmt::Debug for Store {
 impl Store {
     /// Opens the location `uri`: `file:///abs/dir` (created if missing) or `s3://bucket/prefix`.
     pub fn open(uri: &str, s3: &S3Options) -> Result<Store, StoreError> {
+        Store::open_with(uri, s3, true)
+    }
+
+    /// Opens the location `uri` for reading only: as [`Store::open`], but a local directory is
+    /// never created (a missing one reads as holding no object).
+    pub fn open_existing(uri: &str, s3: &S3Options) -> Result<Store, StoreError> {
+        Store::open_with(uri, s3, false)
+    }
+
+    fn open_with(uri: &str, s3: &S3Options, create: bool) -> Result<Store, StoreError> {
         let base = uri.trim_end_matches('/').to_string();
         if let Some(path) = base.strip_prefix("file://") {
             if !path.starts_with('/') {
@@ -105,11 +115,13 @@ impl Store {
                 )));
             }
             let dir = PathBuf::from(path);
-            fs::create_dir_all(&dir).map_err(|source| StoreError::Io {
-                op: "create",
-                uri: base.clone(),
-                source,
-            })?;
+            if create {
+                fs::create_dir_all(&dir).map_err(|source| StoreError::Io {
+                    op: "create",
+                    uri: base.clone(),
+                    source,
+                })?;
+            }
             return Ok(Store {
                 base,
                 inner: Arc::new(Inner::Local(dir)),

@@ -63,7 +63,8 @@ pub use index::{
     SEGMENTS_DIR_NAME, TMP_SUFFIX,
 };
 pub use parquet_read::{
-    ColumnPredicate, PredicateValue, ReadOptions, ReadStats, RowChunk, SegmentReader,
+    ColumnMatch, ColumnPredicate, MappedColumn, PredicateValue, ReadOptions, ReadStats, RowChunk,
+    SegmentReader,
 };
 pub use parquet_write::{
     write_segment, ColumnStats, SealOptions, SegmentStats, SegmentWriter, StatValue,

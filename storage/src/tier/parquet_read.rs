@@ -15,11 +15,13 @@ use std::ops::Range;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::RecordBatch;
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Fields};
 use parquet::arrow::arrow_reader::{
     ArrowReaderOptions, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection,
     RowSelector,
 };
+use parquet::arrow::ProjectionMask;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData};
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
@@ -39,8 +41,10 @@ pub struct ReadOptions {
     pub chunk_rows: usize,
     /// Row groups whose column statistics show that no row can satisfy every one of these
     /// (a `where=` filter: terms ANDed) are not read. Rows of the groups read are returned
-    /// unfiltered: the caller filters them row by row.
+    /// unfiltered: the caller filters them row by row. Used with [`ColumnMatch::Segment`] only.
     pub prune: Vec<ColumnPredicate>,
+    /// How the file's columns are found.
+    pub columns: ColumnMatch,
 }
 
 impl Default for ReadOptions {
@@ -48,8 +52,37 @@ impl Default for ReadOptions {
         ReadOptions {
             chunk_rows: 8_192,
             prune: Vec::new(),
+            columns: ColumnMatch::Segment,
         }
     }
+}
+
+/// How a reader finds the segment schema's columns in a file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ColumnMatch {
+    /// The file has exactly the segment schema (field ids, nullability and metadata included):
+    /// a file corecast's sealer wrote.
+    #[default]
+    Segment,
+    /// A data file of a published Iceberg table, written by any writer (corecast, the reference
+    /// broker through pyarrow, a hand-written one). One entry per segment column, in segment
+    /// order (`litelink_offset`, the declared columns or `row`, `streamcast_ts`): the column is
+    /// the file's top-level column with that Parquet `field_id` or, in a file whose columns
+    /// carry no field ids, the one named by the table's name mapping. Column order, extra
+    /// columns, nullability and Arrow field metadata are free; each column's type must be the
+    /// segment schema's (nested field names and types included), and a required column must
+    /// hold no null.
+    Mapped(Vec<MappedColumn>),
+}
+
+/// Where one segment column is in a published data file ([`ColumnMatch::Mapped`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappedColumn {
+    /// The table schema's field id of the column.
+    pub field_id: i32,
+    /// The names the table's `schema.name-mapping.default` gives that id (empty without a
+    /// name mapping: a file without field ids then cannot be read).
+    pub names: Vec<String>,
 }
 
 /// One term of a filter: the top-level column `column` equals one of `any_of`.
@@ -147,6 +180,15 @@ pub struct SegmentReader {
     done: bool,
     /// The last offset decoded, to check that they increase.
     last_offset: Option<i64>,
+    /// For a mapped file: segment column `p` is column `order[p]` of the decoded batches, and
+    /// must hold no null when `required[p]`.
+    mapped: Option<Mapped>,
+}
+
+struct Mapped {
+    order: Vec<usize>,
+    required: Vec<bool>,
+    names: Vec<String>,
 }
 
 impl SegmentReader {
@@ -176,18 +218,31 @@ impl SegmentReader {
     ) -> Result<SegmentReader, TierError> {
         let arrow_options =
             ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
-        let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(file, arrow_options)?;
+        let mut builder =
+            ParquetRecordBatchReaderBuilder::try_new_with_options(file, arrow_options)?;
         let expected = segment_schema(codec);
-        if builder.schema().fields() != expected.fields() {
-            return Err(TierError::SchemaMismatch(format!(
-                "the file's columns are {:?}, the stream's segments have {:?}",
-                builder.schema().fields(),
-                expected.fields()
-            )));
-        }
         let metadata = builder.metadata().clone();
-        let excluded = excluded_row_groups(codec, &metadata, &options.prune);
-        let (row_groups, selection, stats) = plan(&metadata, &range, &excluded);
+        let (offset_leaf, mapped, excluded) = match &options.columns {
+            ColumnMatch::Segment => {
+                if builder.schema().fields() != expected.fields() {
+                    return Err(TierError::SchemaMismatch(format!(
+                        "the file's columns are {:?}, the stream's segments have {:?}",
+                        builder.schema().fields(),
+                        expected.fields()
+                    )));
+                }
+                let excluded = excluded_row_groups(codec, &metadata, &options.prune);
+                (0, None, excluded)
+            }
+            ColumnMatch::Mapped(columns) => {
+                let (roots, offset_leaf, mapped) = map_columns(&builder, &expected, columns)?;
+                let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+                builder = builder.with_projection(mask);
+                let excluded = vec![false; metadata.num_row_groups()];
+                (offset_leaf, Some(mapped), excluded)
+            }
+        };
+        let (row_groups, selection, stats) = plan(&metadata, &range, &excluded, offset_leaf);
         let batches = builder
             .with_batch_size(options.chunk_rows.max(1))
             .with_row_groups(row_groups)
@@ -200,6 +255,7 @@ impl SegmentReader {
             stats,
             done: false,
             last_offset: None,
+            mapped,
         })
     }
 
@@ -229,7 +285,13 @@ impl SegmentReader {
                 break;
             };
             self.stats.rows_decoded += batch.num_rows() as u64;
-            let chunk = self.encode(&batch)?;
+            let chunk = match &self.mapped {
+                None => self.encode(batch.columns())?,
+                Some(mapped) => {
+                    let columns = mapped.reorder(&batch)?;
+                    self.encode(&columns)?
+                }
+            };
             if !chunk.is_empty() {
                 self.stats.rows_returned += chunk.len() as u64;
                 return Ok(Some(chunk));
@@ -238,14 +300,12 @@ impl SegmentReader {
         Ok(None)
     }
 
-    fn encode(&mut self, batch: &RecordBatch) -> Result<RowChunk, TierError> {
-        let n = batch.num_columns();
-        let offsets = batch
-            .column(0)
+    fn encode(&mut self, arrays: &[ArrayRef]) -> Result<RowChunk, TierError> {
+        let n = arrays.len();
+        let offsets = arrays[0]
             .as_primitive_opt::<Int64Type>()
             .ok_or_else(|| TierError::SchemaMismatch("litelink_offset is not int64".into()))?;
-        let ts = batch
-            .column(n - 1)
+        let ts = arrays[n - 1]
             .as_primitive_opt::<Int64Type>()
             .ok_or_else(|| TierError::SchemaMismatch("streamcast_ts is not int64".into()))?;
         let mut chunk = RowChunk::default();
@@ -280,7 +340,7 @@ impl SegmentReader {
                 let columns = schema.columns();
                 let views = columns
                     .iter()
-                    .zip(&batch.columns()[1..n - 1])
+                    .zip(&arrays[1..n - 1])
                     .map(|(c, a)| ColumnView::new(c.ty(), a))
                     .collect::<Result<Vec<_>, _>>()?;
                 chunk.bytes.reserve((hi - lo) * 64);
@@ -290,8 +350,7 @@ impl SegmentReader {
                 }
             }
             RowCodec::Schemaless => {
-                let rows = batch
-                    .column(1)
+                let rows = arrays[1]
                     .as_string_opt::<i32>()
                     .ok_or_else(|| TierError::SchemaMismatch("row is not utf8".into()))?;
                 // The stored text is the only part of a row taken from the file verbatim: it is
@@ -331,6 +390,138 @@ impl SegmentReader {
     }
 }
 
+impl Mapped {
+    /// The batch's columns in segment order, after checking that no required column holds a
+    /// null (Parquet lets an optional column stand for a required Iceberg field).
+    fn reorder(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>, TierError> {
+        let mut columns = Vec::with_capacity(self.order.len());
+        for (p, &i) in self.order.iter().enumerate() {
+            let column = batch.column(i);
+            if self.required[p] && column.null_count() > 0 {
+                return Err(TierError::SchemaMismatch(format!(
+                    "column {} holds a null, but it is required",
+                    self.names[p]
+                )));
+            }
+            columns.push(column.clone());
+        }
+        Ok(columns)
+    }
+}
+
+/// Finds each segment column of `expected` in the file (see [`ColumnMatch::Mapped`]): the root
+/// columns to project (in file order), the leaf index of `litelink_offset`, and how the
+/// projected batches map back to segment order.
+fn map_columns<T>(
+    builder: &parquet::arrow::arrow_reader::ArrowReaderBuilder<T>,
+    expected: &arrow_schema::Schema,
+    columns: &[MappedColumn],
+) -> Result<(Vec<usize>, usize, Mapped), TierError> {
+    if columns.len() != expected.fields().len() {
+        return Err(TierError::SchemaMismatch(format!(
+            "{} mapped columns for a segment schema of {}",
+            columns.len(),
+            expected.fields().len()
+        )));
+    }
+    let descriptor = builder.parquet_schema();
+    let roots = descriptor.root_schema().get_fields();
+    let file_fields = builder.schema().fields();
+    let any_id = roots.iter().any(|f| f.get_basic_info().has_id());
+    let mut found = Vec::with_capacity(columns.len());
+    for (field, column) in expected.fields().iter().zip(columns) {
+        let index = if any_id {
+            roots.iter().position(|f| {
+                let info = f.get_basic_info();
+                info.has_id() && info.id() == column.field_id
+            })
+        } else {
+            roots
+                .iter()
+                .position(|f| column.names.iter().any(|n| n == f.name()))
+        };
+        let Some(index) = index else {
+            return Err(TierError::SchemaMismatch(if any_id {
+                format!(
+                    "no column has field id {} (column {})",
+                    column.field_id,
+                    field.name()
+                )
+            } else if column.names.is_empty() {
+                format!(
+                    "the file's columns carry no field ids and the table has no name mapping for field {} (column {})",
+                    column.field_id,
+                    field.name()
+                )
+            } else {
+                format!(
+                    "no column named {:?} (field {}: column {}), and the file's columns carry no field ids",
+                    column.names,
+                    column.field_id,
+                    field.name()
+                )
+            }));
+        };
+        if found.contains(&index) {
+            return Err(TierError::SchemaMismatch(format!(
+                "column {} of the file stands for two fields",
+                roots[index].name()
+            )));
+        }
+        let Some(file_field) = file_fields.get(index) else {
+            return Err(TierError::SchemaMismatch(format!(
+                "column {} is not in the file's Arrow schema",
+                roots[index].name()
+            )));
+        };
+        if !same_shape(file_field.data_type(), field.data_type()) {
+            return Err(TierError::SchemaMismatch(format!(
+                "column {} (field {}) is {}, the stream's segments have {}",
+                field.name(),
+                column.field_id,
+                file_field.data_type(),
+                field.data_type()
+            )));
+        }
+        found.push(index);
+    }
+    let mut projected = found.clone();
+    projected.sort_unstable();
+    let order = found
+        .iter()
+        .map(|i| projected.partition_point(|p| p < i))
+        .collect();
+    let offset_root = found[0];
+    let offset_leaf = (0..descriptor.num_columns())
+        .find(|&leaf| descriptor.get_column_root_idx(leaf) == offset_root)
+        .ok_or_else(|| TierError::SchemaMismatch("litelink_offset has no leaf column".into()))?;
+    let mapped = Mapped {
+        order,
+        required: expected.fields().iter().map(|f| !f.is_nullable()).collect(),
+        names: expected.fields().iter().map(|f| f.name().clone()).collect(),
+    };
+    Ok((projected, offset_leaf, mapped))
+}
+
+/// Whether two Arrow types have the same shape: equal, apart from nested fields' nullability
+/// and metadata (field ids, encodings), which a foreign writer sets its own way.
+fn same_shape(a: &DataType, b: &DataType) -> bool {
+    let fields = |x: &Fields, y: &Fields| {
+        x.len() == y.len()
+            && x.iter()
+                .zip(y.iter())
+                .all(|(f, g)| f.name() == g.name() && same_shape(f.data_type(), g.data_type()))
+    };
+    match (a, b) {
+        (DataType::Struct(x), DataType::Struct(y)) => fields(x, y),
+        (DataType::List(x), DataType::List(y)) => same_shape(x.data_type(), y.data_type()),
+        (DataType::Map(x, xs), DataType::Map(y, ys)) => {
+            xs == ys && same_shape(x.data_type(), y.data_type())
+        }
+        _ => a == b,
+    }
+}
+
 /// Runs a call into the Parquet library, answering a panic in it as an error. The library
 /// panics on some malformed files instead of failing (found by `fuzz/run.sh parquet_segment`:
 /// e.g. a page offset before its column chunk's start overflows a subtraction in
@@ -357,6 +548,7 @@ fn plan(
     metadata: &ParquetMetaData,
     range: &Range<u64>,
     excluded: &[bool],
+    offset_leaf: usize,
 ) -> (Vec<usize>, RowSelection, ReadStats) {
     let mut stats = ReadStats {
         row_groups_total: metadata.num_row_groups(),
@@ -367,7 +559,7 @@ fn plan(
     let mut selectors: Vec<RowSelector> = Vec::new();
     for (rg, meta) in metadata.row_groups().iter().enumerate() {
         let rows = usize::try_from(meta.num_rows()).unwrap_or(0);
-        let keep = match meta.column(0).statistics() {
+        let keep = match meta.column(offset_leaf).statistics() {
             Some(Statistics::Int64(s)) => match (s.min_opt(), s.max_opt()) {
                 (Some(&min), Some(&max)) => overlaps(min, max),
                 _ => true,
@@ -384,7 +576,10 @@ fn plan(
         row_groups.push(rg);
         stats.row_groups_read += 1;
         let page_index = metadata.page_index_for_row_group(rg);
-        let pages = match (page_index.column_index(0), page_index.offset_index(0)) {
+        let pages = match (
+            page_index.column_index(offset_leaf),
+            page_index.offset_index(offset_leaf),
+        ) {
             (Some(ColumnIndexMetaData::INT64(ci)), Some(oi)) => Some((ci, oi)),
             _ => None,
         };
