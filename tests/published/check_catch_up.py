@@ -15,11 +15,15 @@ Steps:
              plain connect from F refused too_old; catch_up from F, from the middle, from
              EARLIEST, with metadata=<plain copy>, with where=; live rows after the splice;
              Stream.snapshot counts; DuckDB iceberg_scan and pyiceberg types and values
-  table      read the table in --data DIR (the stream's directory) with no server: whole,
-             contiguous, right values
+  table      read the table in --data DIR (the stream's directory), or the one the stream
+             metadata hint --hint URI names (file:// or s3://), with no server: whole,
+             contiguous, right values; prints {"floor": F, "end": E, ...}
   below      catch_up from --first (below the table's floor after retention) is refused with
              CatchUpUnavailable naming the floor; EARLIEST takes what is left with no gap
 Every check that fails raises; the last line printed is a JSON report.
+
+On S3 (`s3://` metadata in the greeting) the client, pyiceberg and DuckDB take the endpoint and
+keys from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION.
 """
 
 from __future__ import annotations
@@ -155,13 +159,43 @@ async def catch_up(url: str, floor: int, published_end: int, end: int, live: int
     return report
 
 
-def table_metadata(hint_uri: str) -> str:
-    """The table's current metadata path, resolved as the client resolves it."""
+def s3_options(uri: str):
+    """The client's S3 options for `uri` (`None` for a local one): everything from the AWS_*
+    environment, as the official client resolves it (tests/published_s3.rs sets it)."""
+    if not uri.startswith("s3://"):
+        return None
     import litelink
 
-    home = hint_uri[len("file://"):].rsplit("/", 1)[0]
-    doc = json.loads(Path(home, Path(home, "version-hint.text").read_text().strip()).read_text())
-    return litelink.current_metadata(f"{doc['live_log']['published']}/{doc['live_log']['name']}")
+    return litelink.S3Options().resolved()
+
+
+def catalog_properties(uri: str) -> dict:
+    """pyiceberg's properties for reading `uri` (the endpoint and keys for s3://)."""
+    options = s3_options(uri)
+    return {} if options is None else options.catalog_properties()
+
+
+def read_text(uri: str) -> str:
+    """A small object (a hint, a stream metadata document), `file://` or `s3://`, read through
+    pyiceberg's FileIO as the client's catch-up reads it."""
+    if uri.startswith("file://"):
+        return Path(uri[len("file://"):]).read_text()
+    from pyiceberg.io import load_file_io
+
+    with load_file_io(catalog_properties(uri), uri).new_input(uri).open() as f:
+        return f.read().decode()
+
+
+def table_metadata(hint_uri: str) -> str:
+    """The table's current metadata path, resolved as the client resolves it: the stream
+    metadata's hint, the stream metadata it names, the table's own hint."""
+    import litelink
+
+    home = hint_uri.rsplit("/", 1)[0]
+    doc = json.loads(read_text(f"{home}/{read_text(hint_uri).strip()}"))
+    location = f"{doc['live_log']['published']}/{doc['live_log']['name']}"
+    assert location.split("://")[0] == hint_uri.split("://")[0], (location, hint_uri)
+    return litelink.current_metadata(location, s3_options=s3_options(location))
 
 
 def engines(hint_uri: str, floor: int, published_end: int) -> dict:
@@ -170,7 +204,8 @@ def engines(hint_uri: str, floor: int, published_end: int) -> dict:
     from pyiceberg.table import StaticTable
 
     path = table_metadata(hint_uri)
-    con = litelink.duckdb_connection()
+    # on S3: httpfs and the S3 secret from the environment (litelink's own provisioning)
+    con = litelink.duckdb_connection(s3_options=s3_options(path))
     types = {r[0]: r[1] for r in con.sql(f"DESCRIBE SELECT * FROM iceberg_scan('{path}')").fetchall()}
     assert types == {"litelink_offset": "BIGINT", "event_ts": "BIGINT", "price": "DOUBLE",
                      "amount": "DOUBLE", "side": "INTEGER", "symbol": "VARCHAR",
@@ -183,7 +218,7 @@ def engines(hint_uri: str, floor: int, published_end: int) -> dict:
         i = d.pop("litelink_offset")
         d.pop("streamcast_ts")
         assert d == row(i), (i, d)
-    static = StaticTable.from_metadata(path)
+    static = StaticTable.from_metadata(path, properties=catalog_properties(path))
     schema = {f.name: str(f.field_type) for f in static.schema().fields}
     assert schema == {"litelink_offset": "long", "event_ts": "long", "price": "double",
                       "amount": "double", "side": "int", "symbol": "string",
@@ -198,22 +233,26 @@ def engines(hint_uri: str, floor: int, published_end: int) -> dict:
     return {"duckdb_rows": len(rows), "pyiceberg_rows": arrow.num_rows, "data_files": len(tasks)}
 
 
-def table(data: str) -> dict:
-    """A reader of the table on disk, with no server: whatever version the hint names must be
-    whole, every row once from its floor to its end, with the right values."""
+def table(data: str, hint_uri: str = "") -> dict:
+    """A reader of the table with no server: whatever version the hint names must be whole,
+    every row once from its floor to its end, with the right values. The table is the one of
+    the stream directory `data` (local), or the one the stream metadata hint `hint_uri` names
+    (`s3://` too)."""
     from pyiceberg.table import StaticTable
 
-    hint_uri = f"file://{data}/{Path(data).name}.metadata/version-hint.text"
-    name = Path(data).name
-    if not Path(data, "published", name, "metadata", "version-hint.text").exists():
-        return {"table": None}
-    static = StaticTable.from_metadata(table_metadata(hint_uri))
+    if not hint_uri:
+        name = Path(data).name
+        hint_uri = f"file://{data}/{name}.metadata/version-hint.text"
+        if not Path(data, "published", name, "metadata", "version-hint.text").exists():
+            return {"table": None}
+    path = table_metadata(hint_uri)
+    static = StaticTable.from_metadata(path, properties=catalog_properties(path))
     tasks = list(static.scan().plan_files())
     if not tasks:
         return {"table": "empty"}
     low = min(int.from_bytes(t.file.lower_bounds[1], "little", signed=True) for t in tasks)
     high = max(int.from_bytes(t.file.upper_bounds[1], "little", signed=True) for t in tasks)
-    return {"floor": low, "end": high + 1, **engines(hint_uri, low, high + 1)}
+    return {"floor": low, "end": high + 1, "metadata": path, **engines(hint_uri, low, high + 1)}
 
 
 async def below(url: str, first: int, floor: int, end: int) -> dict:
@@ -236,6 +275,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("step", choices=["publish", "wait", "catch_up", "below", "table"])
     ap.add_argument("--data", default="")
+    ap.add_argument("--hint", default="")
     ap.add_argument("--url", required=True)
     ap.add_argument("--first", type=int, default=1)
     ap.add_argument("--end", type=int, default=0)
@@ -251,7 +291,7 @@ def main() -> None:
     elif a.step == "catch_up":
         out = asyncio.run(catch_up(a.url, a.floor, a.published_end, a.end, a.live))
     elif a.step == "table":
-        out = table(a.data)
+        out = table(a.data, a.hint)
     else:
         out = asyncio.run(below(a.url, a.first, a.floor, a.end))
     print(json.dumps(out, default=str))

@@ -354,15 +354,39 @@ mod remote {
     use futures_util::StreamExt;
     use object_store::aws::AmazonS3Builder;
     use object_store::path::Path as ObjPath;
-    use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+    use object_store::{BackoffConfig, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig};
 
     /// Files at least this large go up in parts of this size.
     const PART: usize = 16 << 20;
+
+    /// How long one request is retried inside the client before its error surfaces. Short: the
+    /// publisher retries a failed publish itself (1 s doubling to 60 s), and a request stuck in
+    /// object_store's default retry loop (10 retries over up to 3 minutes) holds the
+    /// maintenance thread, and so the stream's seals, for that long when the store is down.
+    fn retry() -> RetryConfig {
+        RetryConfig {
+            backoff: BackoffConfig {
+                init_backoff: std::time::Duration::from_millis(100),
+                max_backoff: std::time::Duration::from_secs(2),
+                base: 2.0,
+            },
+            max_retries: 3,
+            retry_timeout: std::time::Duration::from_secs(15),
+        }
+    }
 
     pub struct Remote {
         store: Box<dyn ObjectStore>,
         prefix: String,
         rt: tokio::runtime::Runtime,
+    }
+
+    /// Whether `e` says the object does not exist. object_store maps every 404 to `NotFound`,
+    /// a missing bucket's too (S3 answers `NoSuchBucket` with 404): that one is an error (a
+    /// wrong bucket name, or a bucket deleted under the table), never "no such object", which
+    /// would make a table that is there look empty.
+    fn absent(e: &object_store::Error) -> bool {
+        matches!(e, object_store::Error::NotFound { .. }) && !e.to_string().contains("NoSuchBucket")
     }
 
     impl Remote {
@@ -372,7 +396,9 @@ mod remote {
             if bucket.is_empty() {
                 return Err(StoreError::Config(format!("{base}: no bucket named")));
             }
-            let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+            let mut b = AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_retry(retry());
             let endpoint = o
                 .endpoint
                 .clone()
@@ -422,7 +448,7 @@ mod remote {
             self.rt.block_on(async {
                 match self.store.get(&path).await {
                     Ok(r) => r.bytes().await.map(Some).map_err(|e| e.to_string()),
-                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    Err(e) if absent(&e) => Ok(None),
                     Err(e) => Err(e.to_string()),
                 }
             })
@@ -499,7 +525,8 @@ mod remote {
             let path = self.path(key);
             self.rt.block_on(async {
                 match self.store.delete(&path).await {
-                    Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                    Ok(()) => Ok(()),
+                    Err(e) if absent(&e) => Ok(()),
                     Err(e) => Err(e.to_string()),
                 }
             })
