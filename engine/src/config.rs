@@ -19,6 +19,15 @@
 //! retention = "7d"               # drop sealed segments wholly older than this ("12h", "30m"); absent: keep
 //! ```
 //!
+//! Bulk ingest (`POST /v1/streams/NAME/ingest`, `crate::ingest`) has its limits in `[ingest]`:
+//!
+//! ```toml
+//! [ingest]
+//! max_body_bytes = 67108864   # one request's body (413 above it); 1 KiB ..= 1 GiB
+//! max_batch_rows = 262144     # rows in one request (413 above it); 1 ..= 16777216
+//! max_concurrent = 2          # requests decoded and committed at once, all streams (503 above)
+//! ```
+//!
 //! Top-level `write_timeout_s = 30` (1..=3600) is how long one write to a client may take before
 //! the connection is given up on (a subscriber, SSE reader or publisher that stopped reading).
 //!
@@ -60,6 +69,31 @@ pub struct Config {
     /// (`write_timeout_s`, default 30 s): a peer that stopped reading must not hold its
     /// descriptor and the shared batch buffers forever.
     pub write_timeout: Duration,
+    /// Bulk ingest limits (`[ingest]`).
+    pub ingest: IngestConfig,
+}
+
+/// The limits of bulk ingest (`[ingest]`): together they bound its memory at about
+/// `max_concurrent` × (`max_body_bytes` + the batch's encoded rows, twice: the commit record
+/// and the framed batch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IngestConfig {
+    /// Largest request body in bytes.
+    pub max_body_bytes: usize,
+    /// Most rows in one request.
+    pub max_batch_rows: usize,
+    /// Requests decoded and committed at once, all streams.
+    pub max_concurrent: usize,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        IngestConfig {
+            max_body_bytes: 64 << 20,
+            max_batch_rows: 262_144,
+            max_concurrent: 2,
+        }
+    }
 }
 
 /// The default of `write_timeout_s`.
@@ -218,6 +252,15 @@ struct RawConfig {
     sse: Option<RawSse>,
     websocket: Option<RawWebsocket>,
     write_timeout_s: Option<i64>,
+    ingest: Option<RawIngest>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIngest {
+    max_body_bytes: Option<i64>,
+    max_batch_rows: Option<i64>,
+    max_concurrent: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -309,6 +352,7 @@ impl Config {
             http_api: HttpApiConfig::default(),
             keepalive: Some(KeepaliveConfig::default()),
             write_timeout: DEFAULT_WRITE_TIMEOUT,
+            ingest: IngestConfig::default(),
         }
     }
 
@@ -548,6 +592,18 @@ impl Config {
         }
         let write_timeout = within(raw.write_timeout_s, "write_timeout_s", 1, 3600)?
             .map_or(DEFAULT_WRITE_TIMEOUT, Duration::from_secs);
+        let mut ingest = IngestConfig::default();
+        if let Some(raw) = raw.ingest {
+            if let Some(n) = within(raw.max_body_bytes, "ingest.max_body_bytes", 1024, 1 << 30)? {
+                ingest.max_body_bytes = n as usize;
+            }
+            if let Some(n) = within(raw.max_batch_rows, "ingest.max_batch_rows", 1, 1 << 24)? {
+                ingest.max_batch_rows = n as usize;
+            }
+            if let Some(n) = within(raw.max_concurrent, "ingest.max_concurrent", 1, 1024)? {
+                ingest.max_concurrent = n as usize;
+            }
+        }
         Ok(Config {
             listen,
             data_dir,
@@ -556,6 +612,7 @@ impl Config {
             http_api: api,
             keepalive: keepalive_on.then_some(keepalive),
             write_timeout,
+            ingest,
         })
     }
 }
