@@ -140,16 +140,16 @@ impl Endpoint {
         let lost = |e: std::io::Error| {
             fail(
                 EXIT_CONNECTION,
-                format!(
-                    "{}: {e}; run the same command again to resume",
-                    self.addr
-                ),
+                format!("{}: {e}; run the same command again to resume", self.addr),
             )
         };
         let mut conn = TcpStream::connect(self.addr).map_err(|e| {
             fail(
                 EXIT_CONNECTION,
-                format!("cannot connect to {}: {e}", self.addr),
+                format!(
+                    "cannot connect to {}: {e}; once the server is back, run the same command again to resume",
+                    self.addr
+                ),
             )
         })?;
         conn.set_read_timeout(Some(Duration::from_secs(600)))
@@ -239,7 +239,10 @@ fn start(endpoint: &Endpoint, args: &IngestArgs) -> Result<Start, Failure> {
     let (Some(max_body_bytes), Some(max_batch_rows)) =
         (limit("max_body_bytes"), limit("max_batch_rows"))
     else {
-        return Err(fail(EXIT_PROTOCOL, "the server's ingest status names no limits"));
+        return Err(fail(
+            EXIT_PROTOCOL,
+            "the server's ingest status names no limits",
+        ));
     };
     let exactly_once = status["exactly_once"].as_bool().unwrap_or(false);
     let ingest = if exactly_once {
@@ -287,7 +290,10 @@ fn derived_id(path: &Path) -> Result<String, Failure> {
     let digest = h.finalize();
     Ok(format!(
         "ingest-{}",
-        digest[..8].iter().map(|b| format!("{b:02x}")).collect::<String>()
+        digest[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
     ))
 }
 
@@ -315,8 +321,7 @@ struct Body {
 }
 
 fn ingest(args: &IngestArgs) -> Result<(), Failure> {
-    let target = Target::parse(&args.url)
-        .map_err(|e| fail(EXIT_USAGE, e.to_string()))?;
+    let target = Target::parse(&args.url).map_err(|e| fail(EXIT_USAGE, e.to_string()))?;
     if args.batch_rows == 0 {
         return Err(fail(EXIT_USAGE, "--batch-rows must be at least 1"));
     }
@@ -367,11 +372,7 @@ fn ingest(args: &IngestArgs) -> Result<(), Failure> {
     for body in opened.bodies {
         let body = body?;
         let query = match &start.ingest {
-            Some((id, _, _)) => format!(
-                "?ingest={}&seq={}",
-                query_escape(id),
-                body.first_row + 1
-            ),
+            Some((id, _, _)) => format!("?ingest={}&seq={}", query_escape(id), body.first_row + 1),
             None => String::new(),
         };
         let answer = endpoint
@@ -447,7 +448,10 @@ fn locate(f: Failure, body: &Body, file: &Path) -> Failure {
     };
     Failure {
         code: f.code,
-        message: format!("{place}: {}; nothing of this batch was committed", f.message),
+        message: format!(
+            "{place}: {}; nothing of this batch was committed",
+            f.message
+        ),
         row: f.row,
     }
 }
@@ -500,7 +504,15 @@ fn open(
                 .build()
                 .map_err(|e| local(&e))?;
             let batches = reader.map(move |b| b.map_err(|e| e.to_string()));
-            spawn_arrow(batches, skip.min(total), 0, batch_rows, max_body_bytes, shown, tx);
+            spawn_arrow(
+                batches,
+                skip.min(total),
+                0,
+                batch_rows,
+                max_body_bytes,
+                shown,
+                tx,
+            );
             (ARROW_STREAM, Some(total))
         }
         FileFormat::Arrow => {
@@ -596,7 +608,11 @@ fn spawn_arrow(
 }
 
 /// One IPC stream body of `batches`, split in halves while it is over `max_body_bytes`.
-fn bodies_of(batches: &[RecordBatch], first_row: u64, max_body_bytes: usize) -> Vec<Result<Body, Failure>> {
+fn bodies_of(
+    batches: &[RecordBatch],
+    first_row: u64,
+    max_body_bytes: usize,
+) -> Vec<Result<Body, Failure>> {
     let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
     if rows == 0 {
         return Vec::new();

@@ -264,12 +264,20 @@ mod tests {
             fault.to_string(),
             "column 'a' cannot hold 3000000000: it is declared int32 (-2147483648 to 2147483647)"
         );
-        let fault = decode(Format::JsonLines, b"{\"a\":1,\"b\":1}\n{\n", &codec, limits())
-            .expect_err("refused");
+        let fault = decode(
+            Format::JsonLines,
+            b"{\"a\":1,\"b\":1}\n{\n",
+            &codec,
+            limits(),
+        )
+        .expect_err("refused");
         assert_eq!(fault.row(), Some(1));
-        assert!(fault.to_string().starts_with("the row is not JSON"), "{fault}");
-        let fault = decode(Format::JsonLines, b"{}\n{}\n{}\n{}\n", &codec, limits())
-            .expect_err("refused");
+        assert!(
+            fault.to_string().starts_with("the row is not JSON"),
+            "{fault}"
+        );
+        let fault =
+            decode(Format::JsonLines, b"{}\n{}\n{}\n{}\n", &codec, limits()).expect_err("refused");
         assert_eq!(fault, BodyFault::TooManyRows { rows: 4, limit: 3 });
         assert_eq!(
             decode(Format::JsonLines, b"\n \n", &codec, limits()).expect_err("empty"),
@@ -283,7 +291,9 @@ mod tests {
         let fault = decode(Format::ArrowStream, b"not arrow at all", &codec, limits())
             .expect_err("refused");
         assert!(matches!(fault, BodyFault::NotArrow(_)), "{fault:?}");
-        assert!(fault.to_string().starts_with("the body is not an Arrow IPC stream: "));
+        assert!(fault
+            .to_string()
+            .starts_with("the body is not an Arrow IPC stream: "));
     }
 
     #[test]

@@ -107,7 +107,11 @@ fn check(ctx: &ShardCtx, req: &Request, name: &str, post: bool) -> Result<Ask, V
         ));
     }
     let q = Query::parse(req.query.as_bytes());
-    let allowed: &[&str] = if post { &["ingest", "seq"] } else { &["ingest"] };
+    let allowed: &[&str] = if post {
+        &["ingest", "seq"]
+    } else {
+        &["ingest"]
+    };
     if let Some(detail) = unknown_params_listed(&q, allowed) {
         return Err(reply::error(400, "bad_request", &detail, &[]));
     }
@@ -222,12 +226,7 @@ async fn status(ctx: &ShardCtx, ask: &Ask) -> Vec<u8> {
 }
 
 fn writer_stopped() -> Vec<u8> {
-    reply::error(
-        503,
-        "commit_failed",
-        "the stream's writer has stopped",
-        &[],
-    )
+    reply::error(503, "commit_failed", "the stream's writer has stopped", &[])
 }
 
 /// `POST`: the body, checked, encoded and committed as one batch.
@@ -239,10 +238,15 @@ async fn ingest(
     held: Vec<u8>,
 ) -> Vec<u8> {
     let settings = super::settings();
-    let Some(format) = req.header("content-type").and_then(Format::from_content_type) else {
+    let Some(format) = req
+        .header("content-type")
+        .and_then(Format::from_content_type)
+    else {
         let got = req
             .header("content-type")
-            .map_or("no content-type".to_string(), |c| format!("content-type {c:?}"));
+            .map_or("no content-type".to_string(), |c| {
+                format!("content-type {c:?}")
+            });
         return reply::error(
             415,
             "unsupported_media_type",
@@ -312,10 +316,7 @@ async fn ingest(
                 return reply::error(
                     408,
                     "request_timeout",
-                    &format!(
-                        "no body bytes for {} s",
-                        BODY_READ_TIMEOUT.as_secs()
-                    ),
+                    &format!("no body bytes for {} s", BODY_READ_TIMEOUT.as_secs()),
                     &[],
                 )
             }

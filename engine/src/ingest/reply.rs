@@ -76,11 +76,7 @@ impl Committed<'_> {
     /// The 200 response.
     pub fn response(&self) -> Vec<u8> {
         let (ingest, seq, next) = match self.ingest {
-            Some((id, seq)) => (
-                jstr(id),
-                seq.to_string(),
-                (seq + self.rows).to_string(),
-            ),
+            Some((id, seq)) => (jstr(id), seq.to_string(), (seq + self.rows).to_string()),
             None => ("null".into(), "null".into(), "null".into()),
         };
         json(
@@ -157,10 +153,12 @@ mod tests {
             body(&c.response()),
             r#"{"stream":"btc","rows":3,"appended":3,"duplicates":0,"first_offset":10,"last_offset":12,"ingest":"f1","seq":7,"next_seq":10}"#
         );
-        let e = error(422, "rejected", "column 'a' is required but absent", &[
-            ("row", "4".into()),
-            ("column", jstr("a")),
-        ]);
+        let e = error(
+            422,
+            "rejected",
+            "column 'a' is required but absent",
+            &[("row", "4".into()), ("column", jstr("a"))],
+        );
         assert_eq!(
             body(&e),
             r#"{"error":{"code":"rejected","message":"column 'a' is required but absent","retryable":false,"operation_id":null,"row":4,"column":"a"}}"#
