@@ -370,8 +370,18 @@ fn parquet_arrow_and_jsonl_ingest_give_subscribers_the_bytes_json_publishing_giv
         "{}",
         out.stderr
     );
+    assert_eq!(
+        out.stdout.trim(),
+        "nothing to ingest: the file's 2001 rows are already in parquet"
+    );
     assert_eq!(end_offset(&server, "parquet"), 2002);
 }
+
+/// A refused batch: what is wrong, status, code, message (a prefix when it ends with `: `), the
+/// row named, the body.
+type RowCase = (&'static str, u16, &'static str, String, Option<u64>, Vec<u8>);
+/// A refused request: path and query, content type, body, status, code, message.
+type HeadCase<'a> = (&'a str, Option<&'a str>, &'a [u8], u16, &'a str, &'a str);
 
 #[test]
 fn refusals_name_what_was_wrong_and_commit_nothing() {
@@ -437,7 +447,7 @@ fn refusals_name_what_was_wrong_and_commit_nothing() {
             r#"{{"event_ts":3,"price":3.5,"amount":0.3,"side":{side},"symbol":{symbol},"trade_id":9}}"#
         )
     };
-    let cases: Vec<(&str, u16, &str, String, Option<u64>, Vec<u8>)> = vec![
+    let cases: Vec<RowCase> = vec![
         (
             "a column missing",
             422,
@@ -557,7 +567,7 @@ fn refusals_name_what_was_wrong_and_commit_nothing() {
         "column 'side' cannot hold 3000000000: it is declared int32 (-2147483648 to 2147483647)"
     );
     let ok = body(&base);
-    let simple: Vec<(&str, Option<&str>, &[u8], u16, &str, &str)> = vec![
+    let simple: Vec<HeadCase<'_>> = vec![
         (
             "/v1/streams/t/ingest?ingest=a&seq=1",
             Some("text/csv"),

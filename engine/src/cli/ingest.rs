@@ -414,6 +414,14 @@ fn ingest(args: &IngestArgs) -> Result<(), Failure> {
     } else {
         String::new()
     };
+    if sent_rows == 0 {
+        let _ = writeln!(
+            out,
+            "nothing to ingest: the file's {skip} rows are already in {}",
+            target.stream
+        );
+        return Ok(());
+    }
     let _ = writeln!(
         out,
         "ingested {sent_rows} rows{dup} into {}: {offsets} in {secs:.2} s ({:.0} rows/s, {:.1} MB/s sent{resumed})",
