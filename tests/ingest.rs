@@ -379,7 +379,14 @@ fn parquet_arrow_and_jsonl_ingest_give_subscribers_the_bytes_json_publishing_giv
 
 /// A refused batch: what is wrong, status, code, message (a prefix when it ends with `: `), the
 /// row named, the body.
-type RowCase = (&'static str, u16, &'static str, String, Option<u64>, Vec<u8>);
+type RowCase = (
+    &'static str,
+    u16,
+    &'static str,
+    String,
+    Option<u64>,
+    Vec<u8>,
+);
 /// A refused request: path and query, content type, body, status, code, message.
 type HeadCase<'a> = (&'a str, Option<&'a str>, &'a [u8], u16, &'a str, &'a str);
 

@@ -277,8 +277,13 @@ mod tests {
             fault.to_string().starts_with("the row is not JSON"),
             "{fault}"
         );
-        let fault =
-            decode(Format::JsonLines, b"{}\n{}\n{}\n{}\n", &codec, limits()).expect_err("refused");
+        let fault = decode(
+            Format::JsonLines,
+            "{\"a\":1,\"b\":1}\n".repeat(4).as_bytes(),
+            &codec,
+            limits(),
+        )
+        .expect_err("refused");
         assert_eq!(fault, BodyFault::TooManyRows { rows: 4, limit: 3 });
         assert_eq!(
             decode(Format::JsonLines, b"\n \n", &codec, limits()).expect_err("empty"),
