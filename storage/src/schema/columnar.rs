@@ -970,6 +970,21 @@ fn item_live(
     b.finish()
 }
 
+/// Most items all the lists (or maps) of one column may hold in one batch: Arrow's own offsets
+/// are 32-bit, and a body of a few bytes can declare a `null`-typed list of billions of items.
+const NESTED_ITEMS_MAX: usize = 1 << 26;
+
+/// The fault of a list or map column holding more than [`NESTED_ITEMS_MAX`] items.
+fn too_many_items(array: &dyn Array, live: Live<'_>, items: usize) -> Result<ArrayRef, Found> {
+    Err(Found::at(
+        first_valid(array, live).unwrap_or(0),
+        RejectReason::ArrowType {
+            expected: "at most 67108864 list items or map entries per batch",
+            got: format!("{} with {items} of them", array.data_type()),
+        },
+    ))
+}
+
 /// The row holding item `j`, and `j`'s index within it.
 fn row_of(offsets: &[usize], j: usize) -> (usize, usize) {
     let row = offsets.partition_point(|&o| o <= j) - 1;
@@ -981,8 +996,11 @@ fn list<O: OffsetSizeTrait>(
     l: &GenericListArray<O>,
     live: Live<'_>,
 ) -> Result<ArrayRef, Found> {
-    let offsets: Vec<usize> = l.value_offsets().iter().map(|o| o.as_usize()).collect();
     let values = l.values();
+    if values.len() > NESTED_ITEMS_MAX {
+        return too_many_items(l, live, values.len());
+    }
+    let offsets: Vec<usize> = l.value_offsets().iter().map(|o| o.as_usize()).collect();
     let items = item_live(&offsets, live, l, values.len());
     let conformed = conform_value(item, false, values, Some(&items)).map_err(|found| {
         let (row, index) = row_of(&offsets, found.row);
@@ -992,10 +1010,8 @@ fn list<O: OffsetSizeTrait>(
             reason: found.reason,
         }
     })?;
-    let offsets32: Vec<i32> = offsets
-        .iter()
-        .map(|&o| i32::try_from(o).expect("a list within an ingest body has < 2^31 items"))
-        .collect();
+    // below NESTED_ITEMS_MAX (< 2^31): every offset fits
+    let offsets32: Vec<i32> = offsets.iter().map(|&o| o as i32).collect();
     Ok(Arc::new(
         ListArray::try_new(
             Arc::new(item_field(item)),
@@ -1008,6 +1024,9 @@ fn list<O: OffsetSizeTrait>(
 }
 
 fn map(value: &ColumnType, m: &MapArray, live: Live<'_>) -> Result<ArrayRef, Found> {
+    if m.entries().len() > NESTED_ITEMS_MAX {
+        return too_many_items(m, live, m.entries().len());
+    }
     let offsets: Vec<usize> = m.value_offsets().iter().map(|&o| o as usize).collect();
     let Some(keys) = m.keys().as_string_opt::<i32>() else {
         return match first_valid(m, live) {
