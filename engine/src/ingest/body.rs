@@ -181,13 +181,69 @@ fn decode_arrow(
                 limit: limits.rows_max,
             });
         }
-        encode_batch(codec, &batch, limits.row_bytes_max, &mut rows, &mut ends)
+        encode_parallel(codec, &batch, limits.row_bytes_max, &mut rows, &mut ends)
             .map_err(|fault| BodyFault::Row(fault.shifted(base)))?;
         if rows.len() > u32::MAX as usize {
             return Err(BodyFault::TooLarge { bytes: rows.len() });
         }
     }
     Ok((rows, ends))
+}
+
+/// Rows below which a batch is encoded on the calling thread alone.
+const PARALLEL_ROWS_MIN: usize = 16_384;
+/// Most threads one batch is encoded on.
+const PARALLEL_THREADS_MAX: usize = 4;
+
+/// [`encode_batch`] over row ranges of `batch` on up to [`PARALLEL_THREADS_MAX`] threads (one
+/// per core the process may use), the parts appended in row order. The fault reported is the
+/// first part's that has one, which is the first in row order: a part holds earlier rows than
+/// every part after it.
+fn encode_parallel(
+    codec: &RowCodec,
+    batch: &arrow_array::RecordBatch,
+    row_bytes_max: usize,
+    rows: &mut Vec<u8>,
+    ends: &mut Vec<usize>,
+) -> Result<(), ColumnarFault> {
+    let n = batch.num_rows();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |p| p.get())
+        .min(PARALLEL_THREADS_MAX)
+        .min(n / PARALLEL_ROWS_MIN)
+        .max(1);
+    if threads == 1 {
+        return encode_batch(codec, batch, row_bytes_max, rows, ends);
+    }
+    let per = n.div_ceil(threads);
+    let parts: Vec<(usize, Result<(Vec<u8>, Vec<usize>), ColumnarFault>)> =
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let start = t * per;
+                    let len = per.min(n - start);
+                    let part = batch.slice(start, len);
+                    let handle = scope.spawn(move || {
+                        let mut out = Vec::with_capacity(len * 128);
+                        let mut part_ends = Vec::with_capacity(len);
+                        encode_batch(codec, &part, row_bytes_max, &mut out, &mut part_ends)
+                            .map(|()| (out, part_ends))
+                    });
+                    (start, handle)
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|(start, h)| (start, h.join().expect("an encoding thread panicked")))
+                .collect()
+        });
+    for (start, part) in parts {
+        let (out, part_ends) = part.map_err(|fault| fault.shifted(start))?;
+        let base = rows.len();
+        rows.extend_from_slice(&out);
+        ends.extend(part_ends.into_iter().map(|e| e + base));
+    }
+    Ok(())
 }
 
 fn decode_lines(
@@ -288,6 +344,51 @@ mod tests {
         assert_eq!(
             decode(Format::JsonLines, b"\n \n", &codec, limits()).expect_err("empty"),
             BodyFault::Empty
+        );
+    }
+
+    #[test]
+    fn a_large_batch_encodes_in_parts_to_the_same_bytes_and_the_first_fault() {
+        use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch};
+        use std::sync::Arc;
+        let codec = RowCodec::Schema(Schema::compile(SCHEMA).expect("schema"));
+        let rows = 50_000usize;
+        let batch = |bad: Option<usize>| {
+            let a: Vec<i64> = (0..rows as i64)
+                .map(|i| {
+                    if Some(i as usize) == bad {
+                        1 << 40
+                    } else {
+                        i - 7
+                    }
+                })
+                .collect();
+            let b: Vec<f64> = (0..rows).map(|i| i as f64 / 8.0).collect();
+            RecordBatch::try_from_iter(vec![
+                ("a", Arc::new(Int64Array::from(a)) as ArrayRef),
+                ("b", Arc::new(Float64Array::from(b)) as ArrayRef),
+            ])
+            .expect("batch")
+        };
+        let (mut seq, mut seq_ends) = (Vec::new(), Vec::new());
+        encode_batch(&codec, &batch(None), 64, &mut seq, &mut seq_ends).expect("rows");
+        let (mut par, mut par_ends) = (Vec::new(), Vec::new());
+        encode_parallel(&codec, &batch(None), 64, &mut par, &mut par_ends).expect("rows");
+        assert_eq!(par, seq);
+        assert_eq!(par_ends, seq_ends);
+        assert_eq!(par_ends.len(), rows);
+        let fault = encode_parallel(
+            &codec,
+            &batch(Some(41_234)),
+            64,
+            &mut Vec::new(),
+            &mut Vec::new(),
+        )
+        .expect_err("refused");
+        assert_eq!(fault.row(), Some(41_234));
+        assert_eq!(
+            fault.to_string(),
+            "column 'a' cannot hold 1099511627776: it is declared int32 (-2147483648 to 2147483647)"
         );
     }
 
