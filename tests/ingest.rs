@@ -870,6 +870,83 @@ fn a_batch_sent_again_is_answered_with_its_original_offsets_and_not_committed_tw
     assert_eq!(end_offset(&server, "t"), 253);
 }
 
+/// Sends a request head with `Expect: 100-continue` and reads the server's `100 Continue`.
+fn head_then_continue(addr: SocketAddr, path: &str, length: usize) -> TcpStream {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60))).ok();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-ndjson\r\nContent-Length: {length}\r\nExpect: 100-continue\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).expect("head");
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            s.read(&mut byte).expect("read"),
+            1,
+            "closed before 100 Continue"
+        );
+        got.push(byte[0]);
+    }
+    assert_eq!(got, b"HTTP/1.1 100 Continue\r\n\r\n");
+    s
+}
+
+fn answer_of(mut s: TcpStream) -> sonic_rs::Value {
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).expect("answer");
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("head");
+    sonic_rs::from_slice(&answer[split + 4..]).expect("JSON")
+}
+
+#[test]
+fn overlapping_batches_of_one_id_commit_in_seq_order_whichever_body_arrives_first() {
+    let setup = Setup::new();
+    let cfg = setup.config("[[stream]]\nname = \"t\"\nschema = \"@trade\"\nexactly_once = true\nmax_replay = \"unlimited\"\n");
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let rows: Vec<String> = (1..=2000).map(|i| trade(i, "ETHUSD")).collect();
+    let first = rows[..1000].join("\n");
+    let second = rows[1000..].join("\n");
+    // both seqs registered (their 100 Continue), then the later batch's body goes first
+    let mut a = head_then_continue(
+        server.addr,
+        "/v1/streams/t/ingest?ingest=o&seq=1",
+        first.len(),
+    );
+    let mut b = head_then_continue(
+        server.addr,
+        "/v1/streams/t/ingest?ingest=o&seq=1001",
+        second.len(),
+    );
+    b.write_all(second.as_bytes()).expect("body");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(end_offset(&server, "t"), 1, "seq 1001 waits for seq 1");
+    a.write_all(first.as_bytes()).expect("body");
+    let (va, vb) = (answer_of(a), answer_of(b));
+    assert_eq!(
+        (va["first_offset"].as_u64(), va["last_offset"].as_u64()),
+        (Some(1), Some(1000)),
+        "{va:?}"
+    );
+    assert_eq!(
+        (vb["first_offset"].as_u64(), vb["last_offset"].as_u64()),
+        (Some(1001), Some(2000)),
+        "{vb:?}"
+    );
+    let got: Vec<u64> = subscribe_all(&server, "t", 2000)
+        .into_iter()
+        .map(|(o, row)| {
+            let v: sonic_rs::Value = sonic_rs::from_str(&row).expect("row");
+            assert_eq!(v["trade_id"].as_u64(), Some(o), "row at offset {o}");
+            o
+        })
+        .collect();
+    assert_eq!(got.len(), 2000);
+}
+
 #[test]
 fn kill_9_during_a_long_ingest_then_the_same_command_again_gives_every_row_exactly_once() {
     let setup = Setup::new();

@@ -130,12 +130,28 @@ struct Endpoint {
 }
 
 impl Endpoint {
-    /// One request on its own connection; the status and the body of the answer.
+    /// One request on its own connection; the status and the body of the answer. A body is
+    /// sent with `Expect: 100-continue` and only once the server has said `100 Continue` (it
+    /// has then registered the batch's seq); `sent` is called when the body is out, or when the
+    /// server answered without wanting it, or the request failed.
     fn request(
         &self,
         method: &str,
         query: &str,
         body: Option<(&str, &[u8])>,
+        sent: &dyn Fn(),
+    ) -> Result<(u16, Vec<u8>), Failure> {
+        let result = self.exchange(method, query, body, sent);
+        sent();
+        result
+    }
+
+    fn exchange(
+        &self,
+        method: &str,
+        query: &str,
+        body: Option<(&str, &[u8])>,
+        sent: &dyn Fn(),
     ) -> Result<(u16, Vec<u8>), Failure> {
         let lost = |e: std::io::Error| {
             fail(
@@ -161,16 +177,32 @@ impl Endpoint {
         );
         if let Some((content_type, bytes)) = body {
             head.push_str(&format!(
-                "content-type: {content_type}\r\ncontent-length: {}\r\n",
+                "content-type: {content_type}\r\ncontent-length: {}\r\nexpect: 100-continue\r\n",
                 bytes.len()
             ));
         }
         head.push_str("connection: close\r\n\r\n");
         conn.write_all(head.as_bytes()).map_err(lost)?;
-        if let Some((_, bytes)) = body {
-            conn.write_all(bytes).map_err(lost)?;
-        }
         let mut answer = Vec::new();
+        if let Some((_, bytes)) = body {
+            // wait for `100 Continue` (or an answer that refuses the body unseen)
+            let mut chunk = [0u8; 4096];
+            let head_end = loop {
+                if let Some(end) = answer.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break end + 4;
+                }
+                let n = conn.read(&mut chunk).map_err(lost)?;
+                if n == 0 {
+                    break 0;
+                }
+                answer.extend_from_slice(&chunk[..n]);
+            };
+            if head_end > 0 && answer.starts_with(b"HTTP/1.1 100") {
+                answer.drain(..head_end);
+                conn.write_all(bytes).map_err(lost)?;
+                sent();
+            }
+        }
         conn.read_to_end(&mut answer).map_err(lost)?;
         let split = answer
             .windows(4)
@@ -198,8 +230,9 @@ impl Endpoint {
         method: &str,
         query: &str,
         body: Option<(&str, &[u8])>,
+        sent: &dyn Fn(),
     ) -> Result<sonic_rs::Value, Failure> {
-        let (status, bytes) = self.request(method, query, body)?;
+        let (status, bytes) = self.request(method, query, body, sent)?;
         let value: sonic_rs::Value = sonic_rs::from_slice(&bytes).map_err(|e| {
             fail(
                 EXIT_PROTOCOL,
@@ -234,7 +267,7 @@ struct Start {
 }
 
 fn start(endpoint: &Endpoint, args: &IngestArgs) -> Result<Start, Failure> {
-    let status = endpoint.json("GET", "", None)?;
+    let status = endpoint.json("GET", "", None, &|| {})?;
     let limit = |key: &str| status[key].as_u64().map(|n| n as usize);
     let (Some(max_body_bytes), Some(max_batch_rows)) =
         (limit("max_body_bytes"), limit("max_batch_rows"))
@@ -250,7 +283,12 @@ fn start(endpoint: &Endpoint, args: &IngestArgs) -> Result<Start, Failure> {
             Some(id) => id.clone(),
             None => derived_id(&args.file)?,
         };
-        let mark = endpoint.json("GET", &format!("?ingest={}", query_escape(&id)), None)?;
+        let mark = endpoint.json(
+            "GET",
+            &format!("?ingest={}", query_escape(&id)),
+            None,
+            &|| {},
+        )?;
         Some((
             id,
             mark["last_seq"].as_u64().unwrap_or(0),
@@ -311,6 +349,20 @@ fn query_escape(s: &str) -> String {
     out
 }
 
+/// Requests `corecast ingest` keeps in flight: the next batch is read, sent and encoded while
+/// the previous one is being made durable (the server hands them to the writer in seq order).
+const REQUESTS_IN_FLIGHT: usize = 2;
+
+/// A request sent and not answered yet.
+struct InFlight {
+    /// Its rows (the bytes themselves went with the request).
+    body: Body,
+    /// The body's size.
+    bytes_len: usize,
+    /// The thread waiting for the answer.
+    handle: std::thread::JoinHandle<Result<sonic_rs::Value, Failure>>,
+}
+
 /// One request body: `rows` rows starting at the file's row `first_row` (0-based).
 struct Body {
     bytes: Vec<u8>,
@@ -369,22 +421,26 @@ fn ingest(args: &IngestArgs) -> Result<(), Failure> {
     let mut sent_bytes = 0u64;
     let mut first_offset = None;
     let mut last_offset = None;
-    for body in opened.bodies {
-        let body = body?;
-        let query = match &start.ingest {
-            Some((id, _, _)) => format!("?ingest={}&seq={}", query_escape(id), body.first_row + 1),
-            None => String::new(),
-        };
-        let answer = endpoint
-            .json("POST", &query, Some((opened.content_type, &body.bytes)))
-            .map_err(|f| locate(f, &body, &args.file));
+    let endpoint = std::sync::Arc::new(endpoint);
+    let mut in_flight: std::collections::VecDeque<InFlight> = std::collections::VecDeque::new();
+    let mut failure: Option<Failure> = None;
+    let mut answered = |done: InFlight, failure: &mut Option<Failure>| {
+        let answer = done
+            .handle
+            .join()
+            .unwrap_or_else(|_| Err(fail(EXIT_PROTOCOL, "a request thread panicked")));
         let answer = match answer {
             Ok(a) => a,
             Err(f) => {
-                progress.abandon();
-                return Err(f);
+                if failure.is_none() {
+                    *failure = Some(locate(f, &done.body, &args.file));
+                }
+                return;
             }
         };
+        if failure.is_some() {
+            return;
+        }
         if first_offset.is_none() {
             first_offset = answer["first_offset"].as_u64();
         }
@@ -392,9 +448,67 @@ fn ingest(args: &IngestArgs) -> Result<(), Failure> {
             last_offset = Some(o);
         }
         duplicates += answer["duplicates"].as_u64().unwrap_or(0);
-        sent_rows += body.rows as u64;
-        sent_bytes += body.bytes.len() as u64;
-        progress.inc(body.rows as u64);
+        sent_rows += done.body.rows as u64;
+        sent_bytes += done.bytes_len as u64;
+        progress.inc(done.body.rows as u64);
+    };
+    for body in opened.bodies {
+        let body = match body {
+            Ok(b) => b,
+            Err(f) => {
+                failure.get_or_insert(f);
+                break;
+            }
+        };
+        let query = match &start.ingest {
+            Some((id, _, _)) => format!("?ingest={}&seq={}", query_escape(id), body.first_row + 1),
+            None => String::new(),
+        };
+        let Body {
+            bytes,
+            rows,
+            first_row,
+            lines,
+        } = body;
+        let meta = Body {
+            bytes: Vec::new(),
+            rows,
+            first_row,
+            lines,
+        };
+        let bytes_len = bytes.len();
+        let (sent_tx, sent_rx) = std::sync::mpsc::channel::<()>();
+        let ep = endpoint.clone();
+        let content_type = opened.content_type;
+        let handle = std::thread::spawn(move || {
+            let signal = move || {
+                let _ = sent_tx.send(());
+            };
+            ep.json("POST", &query, Some((content_type, &bytes)), &signal)
+        });
+        // the next request's head goes out only once this one's body is (its seq registered)
+        let _ = sent_rx.recv();
+        in_flight.push_back(InFlight {
+            body: meta,
+            bytes_len,
+            handle,
+        });
+        while in_flight.len() >= REQUESTS_IN_FLIGHT || failure.is_some() {
+            let Some(done) = in_flight.pop_front() else {
+                break;
+            };
+            answered(done, &mut failure);
+        }
+        if failure.is_some() {
+            break;
+        }
+    }
+    while let Some(done) = in_flight.pop_front() {
+        answered(done, &mut failure);
+    }
+    if let Some(f) = failure {
+        progress.abandon();
+        return Err(f);
     }
     progress.finish_and_clear();
     let secs = began.elapsed().as_secs_f64().max(1e-6);

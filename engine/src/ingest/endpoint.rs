@@ -28,7 +28,7 @@ use corecast_net::rt::{self, ReadHalf, WriteHalf};
 
 use super::body::{self, BodyFault, Format, Limits};
 use super::reply::{self, Committed, Status};
-use super::Slot;
+use super::{lane, Slot};
 use crate::commit::writer::{Append, AppendReply, WriterMsg};
 use crate::registry::{Claim, Stream};
 use crate::session::route::{strict_param, unknown_params_listed};
@@ -66,7 +66,7 @@ pub async fn serve(
         Ok(ask) if !post => status(ctx, &ask).await,
         Ok(ask) => {
             ctx.shared.publishers_open.fetch_add(1, Ordering::SeqCst);
-            let resp = ingest(ctx, req, ask, &mut rd, held).await;
+            let resp = ingest(ctx, req, ask, &mut rd, &mut wr, held).await;
             ctx.shared.publishers_open.fetch_sub(1, Ordering::SeqCst);
             resp
         }
@@ -235,6 +235,7 @@ async fn ingest(
     req: &Request,
     ask: Ask,
     rd: &mut ReadHalf,
+    wr: &mut WriteHalf,
     held: Vec<u8>,
 ) -> Vec<u8> {
     let settings = super::settings();
@@ -297,6 +298,23 @@ async fn ingest(
             &[],
         );
     };
+    // the seq's place in its id's lane, before `100 Continue`: a client that sends its next
+    // request's head only once it has this one's gets its batches committed in seq order
+    let entered = ask
+        .ingest
+        .as_ref()
+        .and_then(|(id, seq)| seq.map(|s| lane::enter(ask.stream.index, id, s)));
+    if req
+        .header("expect")
+        .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"))
+    {
+        let (res, _) = wr
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec())
+            .await;
+        if res.is_err() {
+            return Vec::new();
+        }
+    }
     let length = length as usize;
     let mut body = held;
     body.reserve_exact(length.saturating_sub(body.len()));
@@ -323,10 +341,6 @@ async fn ingest(
         }
     }
     body.truncate(length);
-    let claim = ask
-        .ingest
-        .as_ref()
-        .map(|(id, _)| (id.clone(), ask.stream.claim(id)));
     let job = Job {
         stream: ask.stream.clone(),
         writer: ctx.shared.writers[ask.stream.writer].clone(),
@@ -340,7 +354,7 @@ async fn ingest(
             .ingest
             .as_ref()
             .and_then(|(id, seq)| seq.map(|s| (id.clone(), s))),
-        claim: claim.as_ref().map(|(_, c)| c.clone()),
+        entered,
     };
     let (tx, rx) = flume::bounded(1);
     let spawned = std::thread::Builder::new()
@@ -353,9 +367,6 @@ async fn ingest(
         Err(e) => Outcome::Spawn(e.to_string()),
     };
     drop(slot);
-    if let Some((id, claim)) = &claim {
-        ask.stream.release(id, claim);
-    }
     outcome.response(&ask)
 }
 
@@ -367,7 +378,7 @@ struct Job {
     body: Vec<u8>,
     limits: Limits,
     ingest: Option<(String, u64)>,
-    claim: Option<Arc<Claim>>,
+    entered: Option<lane::Entered>,
 }
 
 /// What became of a request's batch.
@@ -395,6 +406,7 @@ impl Job {
         }
         stream.inbound.fetch_add(rows, Ordering::AcqRel);
         let (tx, rx) = flume::bounded(1);
+        let id = self.ingest.as_ref().map(|(id, _)| id.clone());
         let msg = WriterMsg::Append(Append {
             stream: stream.index,
             rows: encoded.rows,
@@ -402,11 +414,18 @@ impl Job {
             publisher: self.ingest,
             reply: tx,
         });
-        // an exactly-once batch goes to the writer only while this request holds the id,
-        // checked and sent atomically with respect to a takeover (as a publisher's frame)
-        let sent = match &self.claim {
-            Some(claim) => claim.hand_over(|| self.writer.send(msg)),
-            None => Some(self.writer.send(msg)),
+        let writer = &self.writer;
+        let sent = match (self.entered, id) {
+            // an exactly-once batch goes to the writer in its id's seq order, and under a claim
+            // on the id, checked and sent atomically with respect to a takeover by a publisher
+            // connection (as a publisher's frame is); the claim ends once the batch is queued
+            (Some(entered), Some(id)) => entered.wait_turn(|| {
+                let claim: Arc<Claim> = stream.claim(&id);
+                let sent = claim.hand_over(|| writer.send(msg));
+                stream.release(&id, &claim);
+                sent
+            }),
+            _ => Some(writer.send(msg)),
         };
         match sent {
             Some(Ok(())) => match rx.recv() {
@@ -480,7 +499,7 @@ impl Outcome {
             Outcome::Superseded => reply::error(
                 409,
                 "superseded",
-                "another request (or publisher connection) took this ingest id over while this one waited; nothing of this batch was committed",
+                "a publisher connection took this ingest id over as this batch was handed to the writer; nothing of this batch was committed",
                 &[],
             ),
             Outcome::WriterStopped => writer_stopped(),

@@ -20,6 +20,7 @@
 //! seqs count rows: a batch with `seq=N` holds rows `N, N+1, …`, and a batch sent again (a lost
 //! reply, a crash) is answered as duplicates at their original offsets, never committed twice.
 //! `GET /v1/streams/NAME/ingest?ingest=ID` reads the id's mark, where a client resumes from.
+//! Batches of one id may overlap in flight: [`lane`] hands them to the writer in seq order.
 //!
 //! Bounds: one body ≤ `max_body_bytes`, one batch ≤ `max_batch_rows` rows, at most
 //! `max_concurrent` requests decoding or committing at once (503 with `Retry-After: 1`
@@ -27,6 +28,7 @@
 
 pub mod body;
 pub mod endpoint;
+pub mod lane;
 pub mod reply;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
