@@ -4,8 +4,10 @@
 //! The file is read on a thread of its own into request bodies — Arrow IPC streams for
 //! `.parquet` and `.arrow` files (the Arrow IPC file or stream format), JSON lines for
 //! `.jsonl` — each at most `--batch-rows` rows and the server's `max_body_bytes`, at most two
-//! bodies ahead of the one in flight (a bounded channel). The main thread sends them one at a
-//! time, each as one atomic batch, and shows a progress bar (`indicatif`, on a terminal only).
+//! bodies ahead (a bounded channel). The main thread sends them, each as one atomic batch,
+//! [`REQUESTS_IN_FLIGHT`] requests at once: a request's head goes out only once the previous
+//! body is (the server has then registered its seq, and commits the batches in seq order). It
+//! shows a progress bar (`indicatif`, on a terminal only).
 //!
 //! On an exactly-once stream every batch carries the ingest id (`--id`, or one derived from the
 //! file's path, size and modification time) and the seq of its first row (the row's 1-based
@@ -36,8 +38,8 @@ use crate::ingest::body::{ARROW_STREAM, JSON_LINES};
 /// Arguments of `corecast ingest`.
 #[derive(Args, Debug)]
 #[command(after_help = concat!(
-    "Sends the file's rows in batches of --batch-rows (each committed atomically, durable before\n",
-    "the next is sent) and prints a summary: rows, offsets first..last, rows/s, MB/s. On a stream\n",
+    "Sends the file's rows in batches of --batch-rows (each committed atomically, two in flight,\n",
+    "committed in order) and prints a summary: rows, offsets first..last, rows/s, MB/s. On a stream\n",
     "declared exactly_once = true the ingest is resumable: run the same command again after an\n",
     "interruption and it carries on from the server's mark for the ingest id, with no row twice.\n\n",
     "Formats (by extension, or --format): .parquet; .arrow / .arrows / .ipc / .feather (Arrow IPC\n",
