@@ -190,6 +190,9 @@ fn decode_arrow(
     Ok((rows, ends))
 }
 
+/// One part of a batch encoded: its rows and their ends, or its first fault.
+type PartResult = Result<(Vec<u8>, Vec<usize>), ColumnarFault>;
+
 /// Rows below which a batch is encoded on the calling thread alone.
 const PARALLEL_ROWS_MIN: usize = 16_384;
 /// Most threads one batch is encoded on.
@@ -216,27 +219,26 @@ fn encode_parallel(
         return encode_batch(codec, batch, row_bytes_max, rows, ends);
     }
     let per = n.div_ceil(threads);
-    let parts: Vec<(usize, Result<(Vec<u8>, Vec<usize>), ColumnarFault>)> =
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..threads)
-                .map(|t| {
-                    let start = t * per;
-                    let len = per.min(n - start);
-                    let part = batch.slice(start, len);
-                    let handle = scope.spawn(move || {
-                        let mut out = Vec::with_capacity(len * 128);
-                        let mut part_ends = Vec::with_capacity(len);
-                        encode_batch(codec, &part, row_bytes_max, &mut out, &mut part_ends)
-                            .map(|()| (out, part_ends))
-                    });
-                    (start, handle)
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|(start, h)| (start, h.join().expect("an encoding thread panicked")))
-                .collect()
-        });
+    let parts: Vec<(usize, PartResult)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let start = t * per;
+                let len = per.min(n - start);
+                let part = batch.slice(start, len);
+                let handle = scope.spawn(move || {
+                    let mut out = Vec::with_capacity(len * 128);
+                    let mut part_ends = Vec::with_capacity(len);
+                    encode_batch(codec, &part, row_bytes_max, &mut out, &mut part_ends)
+                        .map(|()| (out, part_ends))
+                });
+                (start, handle)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(start, h)| (start, h.join().expect("an encoding thread panicked")))
+            .collect()
+    });
     for (start, part) in parts {
         let (out, part_ends) = part.map_err(|fault| fault.shifted(start))?;
         let base = rows.len();

@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 pub const TURN_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// Registered seqs by (stream index, ingest id): each request's first seq.
-static LANES: Mutex<Option<HashMap<(usize, String), Vec<u64>>>> = Mutex::new(None);
+type Lanes = Option<HashMap<(usize, String), Vec<u64>>>;
+
+static LANES: Mutex<Lanes> = Mutex::new(None);
 static TURNS: Condvar = Condvar::new();
 
 /// A request's place in its id's lane; leaves it on drop.
