@@ -40,7 +40,7 @@ TOML
 CORES_ARG=()
 [[ -n "${CORES:-}" ]] && CORES_ARG=(--cores "$CORES")
 "$BIN/corecast" serve --config "$WORK/corecast.toml" --data "$WORK/data" --listen 127.0.0.1:0 \
-  "${CORES_ARG[@]}" > "$WORK/server.out" 2> "$WORK/server.err" &
+  ${CORES_ARG[@]+"${CORES_ARG[@]}"} > "$WORK/server.out" 2> "$WORK/server.err" &
 SERVER=$!
 for _ in $(seq 1 200); do
   ADDR="$(sed -n 's/^corecast listening on \([^ ]*\) .*/\1/p' "$WORK/server.out")"

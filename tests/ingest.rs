@@ -905,12 +905,13 @@ fn answer_of(mut s: TcpStream) -> sonic_rs::Value {
 #[test]
 fn overlapping_batches_of_one_id_commit_in_seq_order_whichever_body_arrives_first() {
     let setup = Setup::new();
-    let cfg = setup.config("[[stream]]\nname = \"t\"\nschema = \"@trade\"\nexactly_once = true\nmax_replay = \"unlimited\"\n");
+    let cfg = setup.config("[[stream]]\nname = \"t\"\nschema = \"@trade\"\nexactly_once = true\nmax_replay = \"unlimited\"\nmax_inbound = 1000\n");
     let server = Server::start(Some(&cfg), &setup.data(), &[]);
     let rows: Vec<String> = (1..=2000).map(|i| trade(i, "ETHUSD")).collect();
     let first = rows[..1000].join("\n");
     let second = rows[1000..].join("\n");
-    // both seqs registered (their 100 Continue), then the later batch's body goes first
+    // both seqs registered (their 100 Continue), then the later batch's body goes first; each
+    // batch fills max_inbound, so the later one must not take that room while it waits
     let mut a = head_then_continue(
         server.addr,
         "/v1/streams/t/ingest?ingest=o&seq=1",

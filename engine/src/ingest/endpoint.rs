@@ -401,6 +401,11 @@ impl Job {
         };
         drop(self.body);
         let rows = encoded.ends.len();
+        // this id's earlier batches first: a later one must not hold the room under
+        // max_inbound that an earlier one waits for
+        if let Some(entered) = &self.entered {
+            entered.wait_turn();
+        }
         while stream.inbound.load(Ordering::Acquire) >= stream.cfg.max_inbound {
             std::thread::sleep(Duration::from_micros(500));
         }
@@ -419,7 +424,7 @@ impl Job {
             // an exactly-once batch goes to the writer in its id's seq order, and under a claim
             // on the id, checked and sent atomically with respect to a takeover by a publisher
             // connection (as a publisher's frame is); the claim ends once the batch is queued
-            (Some(entered), Some(id)) => entered.wait_turn(|| {
+            (Some(entered), Some(id)) => entered.hand_over_and_leave(|| {
                 let claim: Arc<Claim> = stream.claim(&id);
                 let sent = claim.hand_over(|| writer.send(msg));
                 stream.release(&id, &claim);

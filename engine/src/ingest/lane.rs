@@ -6,9 +6,11 @@
 //! would be a `seq_gap`. So each request registers its seq when its head is read ([`enter`],
 //! before `100 Continue` is sent, so a client that waits for it before sending the next head
 //! has its batches registered in seq order), and hands its batch to the writer only once no
-//! request of the same id with a lower seq is still registered ([`Entered::wait_turn`]): that
-//! one has either handed its batch over or been refused. Waiting happens on the ingest worker
-//! thread, never on a shard.
+//! request of the same id with a lower seq is still registered ([`Entered::wait_turn`], then
+//! [`Entered::hand_over_and_leave`]): that one has either handed its batch over or been
+//! refused. The turn comes before the wait for room under the stream's `max_inbound`: a later
+//! batch holding that room while it waits for an earlier one would starve the earlier one.
+//! Waiting happens on the ingest worker thread, never on a shard.
 //!
 //! Bound: one entry per registered request, and registered requests are bounded by
 //! `[ingest] max_concurrent` plus the requests reading their body (each holds a connection).
@@ -52,9 +54,10 @@ pub fn enter(stream: usize, id: &str, seq: u64) -> Entered {
 
 impl Entered {
     /// Blocks until no request of the same id with a lower seq is registered (or
-    /// [`TURN_WAIT_MAX`] passed), then runs `hand_over` and leaves the lane, both under the
-    /// lane's lock: the next seq's turn starts only once this batch is in the writer's queue.
-    pub fn wait_turn<T>(mut self, hand_over: impl FnOnce() -> T) -> T {
+    /// [`TURN_WAIT_MAX`] passed). This request stays registered, so higher seqs keep waiting
+    /// for it: whatever it does next (waiting for room under `max_inbound`, say) holds up only
+    /// its own id's later batches, which could not go before it anyway.
+    pub fn wait_turn(&self) {
         let deadline = Instant::now() + TURN_WAIT_MAX;
         let mut lanes = LANES.lock().unwrap_or_else(|p| p.into_inner());
         loop {
@@ -71,6 +74,12 @@ impl Entered {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
+    }
+
+    /// Runs `hand_over` and leaves the lane, both under the lane's lock: the next seq's turn
+    /// starts only once this batch is in the writer's queue. Call [`Entered::wait_turn`] first.
+    pub fn hand_over_and_leave<T>(mut self, hand_over: impl FnOnce() -> T) -> T {
+        let mut lanes = LANES.lock().unwrap_or_else(|p| p.into_inner());
         let out = hand_over();
         Self::remove(&mut lanes, &self.key, self.seq);
         self.left = true;
@@ -120,17 +129,22 @@ mod tests {
         let first = enter(900, "lane-test", 1);
         let second = enter(900, "lane-test", 101);
         let o = order.clone();
-        let t = std::thread::spawn(move || second.wait_turn(|| o.lock().unwrap().push(101)));
+        let t = std::thread::spawn(move || {
+            second.wait_turn();
+            second.hand_over_and_leave(|| o.lock().unwrap().push(101))
+        });
         std::thread::sleep(Duration::from_millis(50));
         assert!(order.lock().unwrap().is_empty(), "101 waited for 1");
-        first.wait_turn(|| order.lock().unwrap().push(1));
+        first.wait_turn();
+        first.hand_over_and_leave(|| order.lock().unwrap().push(1));
         t.join().unwrap();
         assert_eq!(*order.lock().unwrap(), [1, 101]);
         // a refused earlier request (dropped) lets the later one go
         let first = enter(900, "lane-test", 1);
         let second = enter(900, "lane-test", 101);
         drop(first);
-        assert_eq!(second.wait_turn(|| 7), 7);
+        second.wait_turn();
+        assert_eq!(second.hand_over_and_leave(|| 7), 7);
         assert!(LANES
             .lock()
             .unwrap()
