@@ -5,7 +5,7 @@
 //! `.parquet` and `.arrow` files (the Arrow IPC file or stream format), JSON lines for
 //! `.jsonl` — each at most `--batch-rows` rows and the server's `max_body_bytes`, at most two
 //! bodies ahead (a bounded channel). The main thread sends them, each as one atomic batch,
-//! [`REQUESTS_IN_FLIGHT`] requests at once: a request's head goes out only once the previous
+//! two requests at once (`REQUESTS_IN_FLIGHT`): a request's head goes out only once the previous
 //! body is (the server has then registered its seq, and commits the batches in seq order). It
 //! shows a progress bar (`indicatif`, on a terminal only).
 //!
