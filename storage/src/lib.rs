@@ -13,6 +13,6 @@
 
 pub mod json;
 pub mod log;
-pub mod published;
 pub mod schema;
+pub mod published;
 pub mod tier;

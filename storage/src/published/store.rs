@@ -208,9 +208,7 @@ impl Store {
                 link_or_copy(from, &path).map_err(self.io("link", key))
             }
             #[cfg(feature = "s3")]
-            Inner::Remote(r) => r
-                .put_file(key, from)
-                .map_err(|m| self.remote("PUT", key, m)),
+            Inner::Remote(r) => r.put_file(key, from).map_err(|m| self.remote("PUT", key, m)),
         }
     }
 
@@ -311,10 +309,7 @@ fn link_or_copy(from: &Path, to: &Path) -> io::Result<()> {
             if a != b {
                 return Err(io::Error::new(
                     io::ErrorKind::AlreadyExists,
-                    format!(
-                        "{} exists with another size ({b} bytes, not {a})",
-                        to.display()
-                    ),
+                    format!("{} exists with another size ({b} bytes, not {a})", to.display()),
                 ));
             }
         }
@@ -370,11 +365,7 @@ mod remote {
                     .with_endpoint(e.clone())
                     .with_allow_http(e.starts_with("http://"));
             }
-            if let Some(r) = o
-                .region
-                .clone()
-                .or_else(|| std::env::var("AWS_REGION").ok())
-            {
+            if let Some(r) = o.region.clone().or_else(|| std::env::var("AWS_REGION").ok()) {
                 b = b.with_region(r);
             }
             if let Some(k) = &o.access_key {
@@ -469,11 +460,7 @@ mod remote {
                             break;
                         }
                     }
-                    upload
-                        .complete()
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| e.to_string())
+                    upload.complete().await.map(|_| ()).map_err(|e| e.to_string())
                 }
                 .await;
                 if result.is_err() {
