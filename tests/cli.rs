@@ -35,12 +35,13 @@ fn help_lists_commands_examples_and_exit_codes() {
         "pub",
         "sub",
         "tail",
+        "ingest",
         "Exit codes",
         "corecast sub ws://",
     ] {
         assert!(out.stdout.contains(w), "--help lacks {w}: {}", out.stdout);
     }
-    for cmd in ["pub", "sub", "tail"] {
+    for cmd in ["pub", "sub", "tail", "ingest"] {
         let out = corecast_run(&[cmd, "--help"], None, T);
         assert_eq!(out.code, Some(0), "{cmd} --help");
         for w in [

@@ -26,6 +26,14 @@
 //! A top-level `published = "…"` is the default of every durable stream; `[s3]` holds
 //! `endpoint`, `region`, `access_key_id` and `secret_access_key` for `s3://` locations (each
 //! absent one falls back to the `AWS_*` environment; the keys are never logged or written).
+//! Bulk ingest (`POST /v1/streams/NAME/ingest`, `crate::ingest`) has its limits in `[ingest]`:
+//!
+//! ```toml
+//! [ingest]
+//! max_body_bytes = 67108864   # one request's body (413 above it); 1 KiB ..= 1 GiB
+//! max_batch_rows = 262144     # rows in one request (413 above it); 1 ..= 16777216
+//! max_concurrent = 2          # requests decoded and committed at once, all streams (503 above)
+//! ```
 //!
 //! Top-level `write_timeout_s = 30` (1..=3600) is how long one write to a client may take before
 //! the connection is given up on (a subscriber, SSE reader or publisher that stopped reading).
@@ -70,6 +78,31 @@ pub struct Config {
     pub write_timeout: Duration,
     /// How to reach S3 for `s3://` published locations (`[s3]`, then the `AWS_*` environment).
     pub s3: corecast_storage::published::S3Options,
+    /// Bulk ingest limits (`[ingest]`).
+    pub ingest: IngestConfig,
+}
+
+/// The limits of bulk ingest (`[ingest]`): together they bound its memory at about
+/// `max_concurrent` × (`max_body_bytes` + the batch's encoded rows, twice: the commit record
+/// and the framed batch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IngestConfig {
+    /// Largest request body in bytes.
+    pub max_body_bytes: usize,
+    /// Most rows in one request.
+    pub max_batch_rows: usize,
+    /// Requests decoded and committed at once, all streams.
+    pub max_concurrent: usize,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        IngestConfig {
+            max_body_bytes: 64 << 20,
+            max_batch_rows: 262_144,
+            max_concurrent: 2,
+        }
+    }
 }
 
 /// Where a durable stream's history is published (`published`).
@@ -268,6 +301,7 @@ struct RawConfig {
     write_timeout_s: Option<i64>,
     published: Option<String>,
     s3: Option<RawS3>,
+    ingest: Option<RawIngest>,
 }
 
 #[derive(Deserialize)]
@@ -277,6 +311,14 @@ struct RawS3 {
     region: Option<String>,
     access_key_id: Option<String>,
     secret_access_key: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIngest {
+    max_body_bytes: Option<i64>,
+    max_batch_rows: Option<i64>,
+    max_concurrent: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -400,6 +442,7 @@ impl Config {
             keepalive: Some(KeepaliveConfig::default()),
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             s3: Default::default(),
+            ingest: IngestConfig::default(),
         }
     }
 
@@ -704,6 +747,18 @@ impl Config {
                 ));
             }
         }
+        let mut ingest = IngestConfig::default();
+        if let Some(raw) = raw.ingest {
+            if let Some(n) = within(raw.max_body_bytes, "ingest.max_body_bytes", 1024, 1 << 30)? {
+                ingest.max_body_bytes = n as usize;
+            }
+            if let Some(n) = within(raw.max_batch_rows, "ingest.max_batch_rows", 1, 1 << 24)? {
+                ingest.max_batch_rows = n as usize;
+            }
+            if let Some(n) = within(raw.max_concurrent, "ingest.max_concurrent", 1, 1024)? {
+                ingest.max_concurrent = n as usize;
+            }
+        }
         Ok(Config {
             listen,
             data_dir,
@@ -713,6 +768,7 @@ impl Config {
             keepalive: keepalive_on.then_some(keepalive),
             write_timeout,
             s3,
+            ingest,
         })
     }
 }

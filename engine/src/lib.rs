@@ -10,6 +10,9 @@
 //! 5. [`session::subscriber`] writes every frame it is owed with one vectored write, reading below
 //!    the ring through the reader pool ([`replay`]).
 //!
+//! Bulk ingest (`POST /v1/streams/NAME/ingest`) has its own module, [`ingest`], and joins the
+//! same path at step 3.
+//!
 //! [`shard`] runs the io_uring loops, [`server`] starts and stops everything, [`config`] reads the
 //! TOML file, [`registry`] holds the streams, [`filter`] evaluates `where=`.
 #![warn(missing_docs)]
@@ -21,6 +24,7 @@ pub mod config;
 pub mod cursor;
 pub mod fanout;
 pub mod filter;
+pub mod ingest;
 pub mod limits;
 pub mod registry;
 pub mod replay;

@@ -14,7 +14,7 @@ use corecast_net::rt::Driver;
     name = "corecast",
     version,
     about = "A thread-per-core io_uring stream broker speaking streamcast protocol 4",
-    after_help = "Examples:\n  corecast serve                                  # embedded default: durable `trades` under ./data\n  corecast serve --config corecast.toml --cores 2\n  corecast serve --listen 127.0.0.1:0 --data /tmp/cc   # any free port; the address is printed\n  corecast pub ws://127.0.0.1:8765/trades --file trades.jsonl\n  corecast sub ws://127.0.0.1:8765/trades --offset earliest --count 10\n  corecast tail ws://127.0.0.1:8765/trades -n 5\n\n\
+    after_help = "Examples:\n  corecast serve                                  # embedded default: durable `trades` under ./data\n  corecast serve --config corecast.toml --cores 2\n  corecast serve --listen 127.0.0.1:0 --data /tmp/cc   # any free port; the address is printed\n  corecast pub ws://127.0.0.1:8765/trades --file trades.jsonl\n  corecast sub ws://127.0.0.1:8765/trades --offset earliest --count 10\n  corecast tail ws://127.0.0.1:8765/trades -n 5\n  corecast ingest ws://127.0.0.1:8765/trades --file trades.parquet\n\n\
 Exit codes (pub, sub, tail): 0 ok, 1 the server refused or closed with an error, 2 usage,\n\
 3 connection failed, 4 a local file could not be used, 5 the server broke the protocol.\n\
 `corecast <COMMAND> --help` explains each."
@@ -50,6 +50,8 @@ enum Cmd {
     Sub(cli::sub::SubArgs),
     /// Print the last N rows of a stream, then follow it live.
     Tail(cli::tail::TailArgs),
+    /// Ingest a Parquet, Arrow IPC or JSON lines file in large batches (resumable).
+    Ingest(cli::ingest::IngestArgs),
 }
 
 fn main() -> ExitCode {
@@ -74,6 +76,7 @@ fn main() -> ExitCode {
         Cmd::Pub(args) => cli::publish::run(args),
         Cmd::Sub(args) => cli::sub::run(args),
         Cmd::Tail(args) => cli::tail::run(args),
+        Cmd::Ingest(args) => cli::ingest::run(args),
     }
 }
 

@@ -159,6 +159,7 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
     .map_err(StartError::Other)?;
     crate::cursor::install(key);
     crate::session::sse::install(&cfg.http_api);
+    crate::ingest::install(&cfg.ingest);
     crate::session::deliver::install_write_timeout(cfg.write_timeout);
     let fds = crate::limits::check_descriptors(&cfg);
     if let Some(from) = fds.raised_from {

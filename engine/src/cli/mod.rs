@@ -1,9 +1,10 @@
 //! The client subcommands of the `corecast` binary: `pub`, `sub` and `tail`, built on
-//! [`corecast_net::client`].
+//! [`corecast_net::client`], and `ingest` (files in large batches over HTTP).
 //!
 //! Every failure is one line on stderr naming the cause, and the exit status says which kind
 //! ([`EXIT_CODES_HELP`]).
 
+pub mod ingest;
 pub mod input;
 pub mod publish;
 pub mod sub;

@@ -83,6 +83,10 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
     drop(buf);
     let name = req.path.strip_prefix('/').unwrap_or(&req.path).to_string();
     if !is_upgrade_request(&req) {
+        if let Some(stream) = crate::ingest::endpoint::wants(&req.path) {
+            let stream = stream.to_string();
+            return crate::ingest::endpoint::serve(ctx, &req, &stream, rd, wr, leftover).await;
+        }
         if let Some(stream) = sse::wants(ctx, &req, &name) {
             return sse::serve(ctx, &req, stream, peer, rd, wr).await;
         }

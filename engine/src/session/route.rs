@@ -106,7 +106,7 @@ pub fn parse_py_int(s: &str) -> Option<i128> {
 /// The last value of `key` in a raw query string, percent-decoded without loss: `Err` when the
 /// decoded bytes are not UTF-8 (the lenient [`Query`] would turn them into U+FFFD, and two
 /// different ids would then name one exactly-once publisher).
-fn strict_param(query: &[u8], key: &str) -> Option<Result<String, ()>> {
+pub(crate) fn strict_param(query: &[u8], key: &str) -> Option<Result<String, ()>> {
     let mut found = None;
     for pair in query.split(|&b| b == b'&') {
         let mut kv = pair.splitn(2, |&b| b == b'=');

@@ -10,10 +10,13 @@
 //! - [`RowCodec::encode_row`] (`validate.rs`) checks one parsed row and appends its canonical
 //!   encoding (PROTOCOL.md §5) to a caller's buffer, or says which column is wrong
 //!   ([`RowRejected`]). It runs on the shard that read the publish frame.
+//! - [`encode_batch`] (`columnar.rs`) does the same for an Arrow record batch (bulk ingest):
+//!   the same rules, the same refusals, the same bytes, column by column.
 //! - `encode.rs` holds the JSON writers both of them share: strings, integers, shortest round-trip
 //!   floats, canonical binary text.
 
 mod arrow;
+mod columnar;
 mod compile;
 mod encode;
 mod published;
@@ -21,6 +24,7 @@ mod validate;
 
 use std::collections::HashMap;
 
+pub use columnar::{encode_batch, ColumnarFault};
 pub use compile::{SchemaError, SchemaFault};
 pub use encode::{write_f32, write_f64, write_json_str};
 pub use validate::{JsonKind, RejectReason, RowCodec, RowRejected};

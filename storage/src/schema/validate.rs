@@ -164,6 +164,15 @@ pub enum RejectReason {
     },
     /// Nesting deeper than [`MAX_DEPTH`] (cannot arrive through [`crate::json::parse`]).
     TooDeep,
+    /// An Arrow column of a type that stands for no JSON value (bulk ingest: a timestamp, a
+    /// decimal, a dictionary …). Arrow types that do stand for JSON values are refused as
+    /// [`RejectReason::WrongType`], with the JSON kind they hold.
+    ArrowType {
+        /// What the column takes, e.g. `an integer`.
+        expected: &'static str,
+        /// The Arrow type, as arrow-rs writes it, e.g. `Timestamp(ms, "UTC")`.
+        got: String,
+    },
 }
 
 impl RowRejected {
@@ -244,6 +253,9 @@ impl fmt::Display for RowRejected {
                 f,
                 "column '{col}' holds {got} bytes; it is declared bytes{expected}"
             ),
+            RejectReason::ArrowType { expected, got } => {
+                write!(f, "column '{col}' takes {expected}, not an Arrow {got} column")
+            }
             RejectReason::TooDeep => write!(
                 f,
                 "column '{col}' is nested deeper than {MAX_DEPTH} levels"

@@ -54,7 +54,7 @@ mod index;
 mod parquet_read;
 mod parquet_write;
 mod row_decode;
-mod row_encode;
+pub(crate) mod row_encode;
 mod seal;
 mod segment_schema;
 

@@ -18,7 +18,7 @@ use super::TierError;
 use crate::schema::{write_f32, write_f64, write_json_str, BinaryEncoding, Column, ColumnType};
 
 /// A typed view of one column of a batch, with its nested children.
-pub(super) enum ColumnView<'a> {
+pub(crate) enum ColumnView<'a> {
     Boolean(&'a BooleanArray),
     Int32(&'a Int32Array),
     Int64(&'a Int64Array),
@@ -38,7 +38,7 @@ fn mismatch(what: &str) -> TierError {
 
 impl<'a> ColumnView<'a> {
     /// Views `array` as a column of type `ty`.
-    pub(super) fn new(ty: &'a ColumnType, array: &'a ArrayRef) -> Result<Self, TierError> {
+    pub(crate) fn new(ty: &'a ColumnType, array: &'a ArrayRef) -> Result<Self, TierError> {
         Self::of(ty, array.as_ref())
     }
 
@@ -187,7 +187,7 @@ impl<'a> ColumnView<'a> {
 }
 
 /// Appends `{"a":…,"b":…}` for row `i`: the row itself or a struct value.
-pub(super) fn write_struct(
+pub(crate) fn write_struct(
     columns: &[Column],
     views: &[ColumnView<'_>],
     i: usize,
