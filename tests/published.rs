@@ -465,3 +465,42 @@ fn retention_hides_dropped_rows_still_in_the_hot_log() {
     assert_eq!(meta["live_log"]["start_offset"].as_u64(), Some(1));
     server.stop();
 }
+
+/// A published location that cannot be used (a file where its directory should be) does not
+/// stop the broker: it starts, commits and serves; the publish fails, named in `/stats`.
+#[test]
+fn an_unusable_location_fails_publishing_not_the_start() {
+    use sonic_rs::JsonValueTrait;
+    let setup = Setup::new();
+    let blocker = setup.tmp.path().join("afile");
+    std::fs::write(&blocker, b"in the way").unwrap();
+    let cfg = setup.config(&format!(
+        "[[stream]]\nname = \"trades\"\nschema = \"@trade\"\nseal_every_s = 0.5\npublished = \"file://{}\"\n",
+        blocker.display()
+    ));
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let rows: Vec<String> = (1..=200).map(|i| trade(i, "BTCUSD")).collect();
+    let offsets = publish_batch(&server, "trades", &rows);
+    assert!(offsets.iter().all(|o| o.is_some()), "commits go on");
+    wait_until(
+        "the publish error in /stats",
+        Duration::from_secs(30),
+        || {
+            let s = stats_of(&server, "trades");
+            let e = s["tiers"]["published"]["last_error"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            if e.contains("afile") {
+                Ok(())
+            } else {
+                Err(format!("last_error {e:?}"))
+            }
+        },
+    );
+    let mut ws = ws_connect(&server.url("trades?offset=1"));
+    let _greeting = recv_text(&mut ws);
+    let first = recv_text(&mut ws);
+    assert!(first.starts_with("[1,"), "{first}");
+    server.stop();
+}

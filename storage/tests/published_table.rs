@@ -509,3 +509,68 @@ fn retention_removes_the_oldest_files_and_old_versions_go_after_the_grace_period
         Some(f.segments[n - 1].first_offset)
     );
 }
+
+#[test]
+fn damage_readers_would_hit_is_repaired_or_refused_at_open() {
+    let f = fixture(4000, 32 << 10);
+    let mut p = f.open(Duration::from_secs(600));
+    p.append(&f.batch(0..3)).expect("publish");
+    drop(p);
+    let meta = f.table().join("metadata");
+    // a lost hint and a lost metadata file: rewritten as a new version over the same files
+    std::fs::remove_file(meta.join("version-hint.text")).unwrap();
+    let mut p = f.open(Duration::from_secs(600));
+    let notes = p.verify(&|_, _| None).expect("verify");
+    assert!(notes.iter().any(|n| n.contains("rewritten")), "{notes:?}");
+    assert_eq!(read_table(&f.table()).entries.len(), 3);
+    let stem = std::fs::read_to_string(meta.join("version-hint.text")).unwrap();
+    std::fs::remove_file(meta.join(format!("{stem}.metadata.json"))).unwrap();
+    let notes = p.verify(&|_, _| None).expect("verify");
+    assert!(notes.iter().any(|n| n.contains("missing")), "{notes:?}");
+    assert_eq!(read_table(&f.table()).entries.len(), 3);
+    // a lost data file: published again from its sealed segment, or refused naming it
+    let seen = read_table(&f.table());
+    let victim = local(&seen.entries[1].4).to_path_buf();
+    std::fs::remove_file(&victim).unwrap();
+    let e = p.verify(&|_, _| None).unwrap_err();
+    assert!(
+        e.to_string().contains(&victim.display().to_string()) && e.to_string().contains("missing"),
+        "{e}"
+    );
+    let segments: Vec<(u64, u64, std::path::PathBuf)> = f
+        .segments
+        .iter()
+        .map(|s| (s.first_offset, s.last_offset, f.index.path_of(s)))
+        .collect();
+    let relink = |a: u64, b: u64| {
+        segments
+            .iter()
+            .find(|s| s.0 == a && s.1 == b)
+            .map(|s| s.2.clone())
+    };
+    let notes = p.verify(&relink).expect("relink");
+    assert!(
+        notes.iter().any(|n| n.contains("published again")),
+        "{notes:?}"
+    );
+    assert!(victim.exists());
+    drop(p);
+    // meta.db edited so that its end no longer matches the files: refused, naming both
+    let db = rusqlite::Connection::open(f.dir.join("meta.db")).unwrap();
+    db.execute(
+        "UPDATE published_state SET value = '5' WHERE key = 'end'",
+        [],
+    )
+    .unwrap();
+    drop(db);
+    let layout = Layout::local(&f.dir, "btc").expect("layout");
+    let info = StreamInfo {
+        stream_id: "00000000-0000-4000-8000-000000000001".into(),
+        schema_json: Some(f.schema.published()),
+        segment_schema: segment_schema(&RowCodec::Schema(f.schema.clone())),
+    };
+    let e = Publisher::open(&f.dir, layout, info, Duration::from_secs(600), 1)
+        .err()
+        .expect("refused");
+    assert!(e.to_string().contains("recorded as 5"), "{e}");
+}

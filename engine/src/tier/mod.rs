@@ -56,6 +56,9 @@ pub struct TierState {
     pub published_floor: AtomicU64,
     /// The offset after the last published row (1: nothing published yet).
     pub published_end: AtomicU64,
+    /// The lowest of the table's ends over its last kept versions (what a catch-up client that
+    /// pinned an older version resumes at).
+    pub published_end_oldest: AtomicU64,
     /// Live data files in the table, their rows and bytes.
     pub published_files: AtomicU64,
     /// Rows in them.
@@ -146,13 +149,18 @@ impl TierState {
         (rows, secs)
     }
 
-    /// Whether a resume at `offset` asks for rows only the server holds: the table has
+    /// Whether a resume at `offset` is where a catch-up client resumes: the table has
     /// published rows (retention may have removed them since) and `offset` is at or past its
-    /// end. Such a resume is never refused as `too_old`
+    /// end as of one of its kept versions (a slow reader pinned an older one while seals went
+    /// on). Such a resume is never refused as `too_old`
     /// (the catch-up client resumes exactly there after reading the table).
     pub fn beyond_published(&self, offset: u64) -> bool {
         let end = self.published_end.load(Ordering::Acquire);
-        self.publishing.load(Ordering::Relaxed) && end > 1 && offset >= end
+        let oldest = match self.published_end_oldest.load(Ordering::Acquire) {
+            0 => end,
+            o => o.min(end),
+        };
+        self.publishing.load(Ordering::Relaxed) && end > 1 && offset >= oldest
     }
 
     /// Notes a publishing error (kept for `/stats` until the next success).

@@ -40,6 +40,9 @@ pub struct PublishJob {
     retry_at: Option<Instant>,
     backoff: Duration,
     gc_at: Instant,
+    /// The table's end after each of the last kept commits, oldest first: a catch-up client
+    /// that read any kept version resumes at one of these.
+    ends: std::collections::VecDeque<u64>,
 }
 
 impl PublishJob {
@@ -54,6 +57,7 @@ impl PublishJob {
             retry_at: None,
             backoff: FIRST_BACKOFF,
             gc_at: Instant::now() + GC_EVERY,
+            ends: std::collections::VecDeque::new(),
         }
     }
 
@@ -104,6 +108,21 @@ impl PublishJob {
             for note in p.take_notes() {
                 tracing::warn!(stream = %st.cfg.name, "{note}");
             }
+            // what readers resolve must match meta.db: rewrite a lost hint or metadata, publish
+            // a lost data file again from its sealed segment
+            let dir = self.segments_dir.clone();
+            let relink = |first: u64, last: u64| {
+                segments
+                    .iter()
+                    .find(|s| s.first_offset == first && s.last_offset == last)
+                    .map(|s| dir.join(&s.file))
+            };
+            for note in p
+                .verify(&relink)
+                .map_err(|e| format!("checking the table: {e}"))?
+            {
+                tracing::warn!(stream = %st.cfg.name, "repaired the published table: {note}");
+            }
             // kill tests: abort inside the next commit, at a named point (docs/RELIABILITY.md)
             // (`POINT` or `POINT:N`: after N commits that pass)
             if let Ok(v) = std::env::var("CORECAST_FAULT_PUBLISH") {
@@ -133,6 +152,15 @@ impl PublishJob {
             }
         }
         let end = p.end();
+        if let Some(s) = segments
+            .iter()
+            .find(|s| s.first_offset < end && end <= s.last_offset)
+        {
+            return Err(format!(
+                "the table's end {end} falls inside sealed segment {} (offsets {}..={}): meta.db's published state does not match the segment index",
+                s.file, s.first_offset, s.last_offset
+            ));
+        }
         let due: Vec<&SegmentEntry> = segments
             .iter()
             .filter(|s| s.first_offset >= end)
@@ -187,12 +215,23 @@ impl PublishJob {
 
     /// Copies the publisher's extent into the stream's counters, and the age of the oldest row
     /// not published.
-    fn observe(&self, st: &Stream, segments: &[SegmentEntry]) {
+    fn observe(&mut self, st: &Stream, segments: &[SegmentEntry]) {
         let Some(p) = &self.publisher else {
             return;
         };
         let s = p.status();
         let t = &st.tiers;
+        // only versions with rows: a client that read an empty table does not resume from it
+        if s.floor.is_some() && self.ends.back() != Some(&s.end) {
+            self.ends.push_back(s.end);
+            while self.ends.len() > corecast_storage::published::table::KEEP_VERSIONS as usize {
+                self.ends.pop_front();
+            }
+        }
+        t.published_end_oldest.store(
+            self.ends.front().copied().unwrap_or(s.end),
+            Ordering::Release,
+        );
         t.published_floor
             .store(s.floor.unwrap_or(0), Ordering::Release);
         t.published_end.store(s.end, Ordering::Release);

@@ -95,9 +95,12 @@ impl fmt::Debug for Store {
 }
 
 impl Store {
-    /// Opens the location `uri`: `file:///abs/dir` (created if missing) or `s3://bucket/prefix`.
+    /// Opens the location `uri`: `file:///abs/dir` or `s3://bucket/prefix`. Nothing is
+    /// touched yet: a local directory is made by the first write into it, so a location that
+    /// is unusable (read-only, a file in the way) fails the first publish, shown in `/stats`,
+    /// rather than the broker's start.
     pub fn open(uri: &str, s3: &S3Options) -> Result<Store, StoreError> {
-        Store::open_with(uri, s3, true)
+        Store::open_with(uri, s3, false)
     }
 
     /// Opens the location `uri` for reading only: as [`Store::open`], but a local directory is

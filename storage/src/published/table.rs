@@ -307,10 +307,118 @@ impl Publisher {
             self.recover()?;
             self.load()?;
         }
-        if let Some(e) = self.state("end")?.and_then(|v| v.parse().ok()) {
+        if let Some(e) = self.state("end")?.and_then(|v| v.parse::<u64>().ok()) {
+            if let Some(last) = self.files.last() {
+                if e != last.last + 1 {
+                    return Err(PublishError::Invariant(format!(
+                        "{}: the published end is recorded as {e} but the last live file ends at {} (meta.db damaged or edited by hand); restore meta.db, or remove the published_* tables to publish a new table",
+                        self.db.path().display(),
+                        last.last + 1
+                    )));
+                }
+            }
             self.end = e;
         }
         Ok(())
+    }
+
+    /// Checks what readers resolve against `meta.db`: each live data file present with its
+    /// recorded size (local stores), and the hint naming the current version whose metadata,
+    /// manifest list and manifest all exist. A missing hint or metadata file is rewritten as a
+    /// new version over the same files; a missing or resized data file is an error naming it
+    /// (`relink` gives the sealed segment it can be published again from, if it still exists).
+    pub fn verify(
+        &mut self,
+        relink: &dyn Fn(u64, u64) -> Option<PathBuf>,
+    ) -> Result<Vec<String>, PublishError> {
+        self.settle()?;
+        let mut repaired = Vec::new();
+        let table = self.layout.table.clone();
+        for f in &self.files {
+            let Some(path) = table.local_path(&f.key) else {
+                break; // a remote store: readers report a missing object themselves
+            };
+            let size = std::fs::metadata(&path).map(|m| m.len()).ok();
+            if size == Some(f.bytes) {
+                continue;
+            }
+            match relink(f.first, f.last) {
+                Some(segment)
+                    if std::fs::metadata(&segment).map(|m| m.len()).ok() == Some(f.bytes) =>
+                {
+                    let _ = std::fs::remove_file(&path);
+                    table.put_file(&f.key, &segment)?;
+                    repaired.push(format!(
+                        "{} was {}: published again from {}",
+                        table.uri(&f.key),
+                        size.map_or("missing".to_string(), |n| format!(
+                            "{n} bytes, not {}",
+                            f.bytes
+                        )),
+                        segment.display()
+                    ));
+                }
+                _ => {
+                    return Err(PublishError::Invariant(format!(
+                        "{} (offsets {}..={}) is {} and no sealed segment of the same size is left to publish it from: readers of the table fail on it; restore the file",
+                        table.uri(&f.key),
+                        f.first,
+                        f.last,
+                        size.map_or("missing".to_string(), |n| format!("{n} bytes, not {}", f.bytes))
+                    )));
+                }
+            }
+        }
+        if let Some(current) = self.versions.last().cloned() {
+            let hint = table.get("metadata/version-hint.text")?;
+            let hint_ok = hint
+                .as_deref()
+                .is_some_and(|h| String::from_utf8_lossy(h).trim() == current.stem);
+            let mut missing = Vec::new();
+            for key in [
+                format!("metadata/{}.metadata.json", current.stem),
+                current.list_key.clone(),
+                current.manifest_key.clone(),
+            ] {
+                if table.get(&key)?.is_none() {
+                    missing.push(key);
+                }
+            }
+            if !hint_ok || !missing.is_empty() {
+                let why = if missing.is_empty() {
+                    "the hint did not name it".to_string()
+                } else {
+                    format!("{} missing", missing.join(", "))
+                };
+                self.rewrite()?;
+                repaired.push(format!(
+                    "table version {} was unreadable ({why}): rewritten as version {}",
+                    current.version,
+                    self.versions.last().map_or(0, |v| v.version)
+                ));
+            }
+        }
+        Ok(repaired)
+    }
+
+    /// A new version over the same live files (a repair: no data changes).
+    fn rewrite(&mut self) -> Result<(), PublishError> {
+        let version = self.next_version();
+        let sid = snapshot_id();
+        let seq = self.versions.last().map_or(0, |v| v.snapshot.sequence) + 1;
+        let plan = Plan {
+            version,
+            stem: format!("{version:05}-{}", uuid::Uuid::new_v4()),
+            snapshot_id: sid,
+            seq,
+            operation: "append",
+            added: Vec::new(),
+            removed: Vec::new(),
+            manifest_key: format!("metadata/{}-m0.avro", uuid::Uuid::new_v4()),
+            list_key: format!("metadata/snap-{sid}-1-{}.avro", uuid::Uuid::new_v4()),
+        };
+        let live = self.files.clone();
+        self.commit(plan, &live, &[])
     }
 
     fn state(&self, key: &str) -> Result<Option<String>, PublishError> {
@@ -425,6 +533,15 @@ impl Publisher {
                 "offset {} is already published (the table ends at {})",
                 first.first_offset, self.end
             )));
+        }
+        if let Some(last) = self.files.last() {
+            if last.last + 1 != self.end {
+                return Err(PublishError::Invariant(format!(
+                    "the table's last file ends at {} but its end is recorded as {}",
+                    last.last + 1,
+                    self.end
+                )));
+            }
         }
         if first.first_offset > self.end && !self.files.is_empty() {
             let all = self.files.len();
@@ -825,7 +942,14 @@ impl Publisher {
         let dir = self.layout.stream_metadata_dir();
         let written = self.state("stream_metadata")?;
         let hint_key = format!("{dir}/version-hint.text");
-        if written.as_deref() == Some(text.as_str()) && home.get(&hint_key)?.is_some() {
+        let hinted = match home.get(&hint_key)? {
+            Some(h) => {
+                let name = String::from_utf8_lossy(&h).trim().to_string();
+                !name.is_empty() && home.get(&format!("{dir}/{name}"))?.is_some()
+            }
+            None => false,
+        };
+        if written.as_deref() == Some(text.as_str()) && hinted {
             return Ok(());
         }
         let n: u64 = self
