@@ -20,8 +20,6 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
-use corecast_bench::shared_dir;
-use corecast_storage::json;
 use corecast_storage::log::{Buffer, LogOptions};
 use corecast_storage::published::{
     Layout, PublishedTable, Publisher, S3Options, SegmentToPublish, StreamInfo,
@@ -101,22 +99,7 @@ fn read(hint: &str, stream_id: &str, mut sink: impl FnMut(u64, i64, &[u8])) -> u
 }
 
 fn benches(c: &mut Criterion) {
-    let schema_json = std::fs::read_to_string(shared_dir().join("data/btcusdt-trades.schema.json"))
-        .expect("schema");
-    let codec = RowCodec::Schema(Schema::compile(&schema_json).expect("schema compiles"));
-    let lines =
-        std::fs::read_to_string(shared_dir().join("data/btcusdt-trades.jsonl")).expect("rows");
-    let canonical: Vec<Vec<u8>> = lines
-        .lines()
-        .map(|l| {
-            let mut out = Vec::new();
-            codec
-                .encode_row(&json::parse(l.as_bytes()).expect("json"), &mut out)
-                .expect("valid");
-            out
-        })
-        .collect();
-    let rows: Vec<Vec<u8>> = canonical.iter().cycle().take(ROWS).cloned().collect();
+    let (schema_json, codec, rows) = corecast_bench::dataset("btcusdt-trades", ROWS);
     let tmp =
         tempfile::tempdir_in(std::env::var_os("CORECAST_BENCH_DIR").unwrap_or_else(|| ".".into()))
             .or_else(|_| tempfile::tempdir())

@@ -20,12 +20,10 @@ use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
-use corecast_bench::shared_dir;
 use corecast_engine::fanout::batch::{FrameBatch, FrameBatchBuilder};
 use corecast_engine::replay::{REPLAY_CHUNK_BYTES, REPLAY_CHUNK_ROWS};
-use corecast_storage::json;
 use corecast_storage::log::{AppendBatch, Buffer, BufferReader};
-use corecast_storage::schema::{RowCodec, Schema};
+use corecast_storage::schema::RowCodec;
 use corecast_storage::tier::{write_segment, ReadOptions, RowChunk, SealOptions, SegmentReader};
 
 const ROWS: usize = 1 << 20;
@@ -38,22 +36,7 @@ struct Data {
 }
 
 fn dataset(name: &str) -> Data {
-    let schema = std::fs::read_to_string(shared_dir().join(format!("data/{name}.schema.json")))
-        .expect("schema");
-    let codec = RowCodec::Schema(Schema::compile(&schema).expect("schema compiles"));
-    let lines =
-        std::fs::read_to_string(shared_dir().join(format!("data/{name}.jsonl"))).expect("rows");
-    let canonical: Vec<Vec<u8>> = lines
-        .lines()
-        .map(|l| {
-            let mut out = Vec::new();
-            codec
-                .encode_row(&json::parse(l.as_bytes()).expect("json"), &mut out)
-                .expect("valid");
-            out
-        })
-        .collect();
-    let rows: Vec<Vec<u8>> = canonical.iter().cycle().take(ROWS).cloned().collect();
+    let (schema, codec, rows) = corecast_bench::dataset(name, ROWS);
     let tmp =
         tempfile::tempdir_in(std::env::var_os("CORECAST_BENCH_DIR").unwrap_or_else(|| ".".into()))
             .or_else(|_| tempfile::tempdir())

@@ -10,30 +10,13 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
 
 use bytes::Bytes;
-use corecast_bench::shared_dir;
-use corecast_storage::json;
-use corecast_storage::schema::{RowCodec, Schema};
+use corecast_storage::schema::RowCodec;
 use corecast_storage::tier::{write_segment, ReadOptions, SealOptions, SegmentReader};
 
 const ROWS: usize = 65_536;
 
 fn dataset(name: &str) -> (RowCodec, Vec<Vec<u8>>) {
-    let schema = std::fs::read_to_string(shared_dir().join(format!("data/{name}.schema.json")))
-        .expect("schema");
-    let codec = RowCodec::Schema(Schema::compile(&schema).expect("schema compiles"));
-    let lines =
-        std::fs::read_to_string(shared_dir().join(format!("data/{name}.jsonl"))).expect("rows");
-    let canonical: Vec<Vec<u8>> = lines
-        .lines()
-        .map(|l| {
-            let mut out = Vec::new();
-            codec
-                .encode_row(&json::parse(l.as_bytes()).expect("json"), &mut out)
-                .expect("valid");
-            out
-        })
-        .collect();
-    let rows = canonical.iter().cycle().take(ROWS).cloned().collect();
+    let (_, codec, rows) = corecast_bench::dataset(name, ROWS);
     (codec, rows)
 }
 

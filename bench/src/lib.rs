@@ -1,5 +1,5 @@
 //! corecast-bench: criterion micro-benchmarks (`benches/`) and the side-by-side comparison with
-//! the reference broker (`bench/compare`). The library only locates shared test data.
+//! the reference broker (`bench/compare`). The library locates and loads shared test data.
 
 use std::path::PathBuf;
 
@@ -28,4 +28,33 @@ pub fn trade_row(i: u64) -> String {
 pub fn trade_schema() -> String {
     std::fs::read_to_string(shared_dir().join("tools/anchor/trade.schema.json"))
         .expect("trade schema")
+}
+
+/// The shared data set `name` (`data/NAME.schema.json`, `data/NAME.jsonl`): its schema's JSON,
+/// its codec, and `rows` canonical rows as the validator encodes them (the file's rows, cycled).
+pub fn dataset(
+    name: &str,
+    rows: usize,
+) -> (String, corecast_storage::schema::RowCodec, Vec<Vec<u8>>) {
+    use corecast_storage::schema::{RowCodec, Schema};
+    let schema = std::fs::read_to_string(shared_dir().join(format!("data/{name}.schema.json")))
+        .expect("schema");
+    let codec = RowCodec::Schema(Schema::compile(&schema).expect("schema compiles"));
+    let lines =
+        std::fs::read_to_string(shared_dir().join(format!("data/{name}.jsonl"))).expect("rows");
+    let canonical: Vec<Vec<u8>> = lines
+        .lines()
+        .map(|l| {
+            let mut out = Vec::new();
+            codec
+                .encode_row(
+                    &corecast_storage::json::parse(l.as_bytes()).expect("json"),
+                    &mut out,
+                )
+                .expect("valid");
+            out
+        })
+        .collect();
+    let rows = canonical.iter().cycle().take(rows).cloned().collect();
+    (schema, codec, rows)
 }
