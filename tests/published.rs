@@ -27,26 +27,6 @@ seal_target_bytes = 65536
 segment_bytes = 16384
 "#;
 
-fn anchor_python() -> Option<String> {
-    let py = std::env::var("CORECAST_ANCHOR_PY").ok().or_else(|| {
-        Some(std::env::var("HOME").ok()? + "/.cache/corecast-anchor/venv/bin/python")
-    })?;
-    let ok = Command::new(&py)
-        .args(["-c", "import streamcast, litelink, pyiceberg, duckdb"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if ok {
-        return Some(py);
-    }
-    assert!(
-        std::env::var_os("CORECAST_REQUIRE_ANCHOR").is_none(),
-        "CORECAST_REQUIRE_ANCHOR is set but {py} lacks streamcast/litelink/pyiceberg/duckdb (run ../shared/tools/anchor/setup.sh)"
-    );
-    eprintln!("skipped: no anchor venv at {py} (../shared/tools/anchor/setup.sh installs it)");
-    None
-}
-
 /// Runs one step of the check script; its last stdout line, parsed.
 fn step(py: &str, args: &[&str]) -> sonic_rs::Value {
     let script = format!(
@@ -66,13 +46,6 @@ fn step(py: &str, args: &[&str]) -> sonic_rs::Value {
     );
     let last = stdout.lines().last().unwrap_or("").to_string();
     sonic_rs::from_str(&last).unwrap_or_else(|e| panic!("{e}: {last}"))
-}
-
-fn num(v: &sonic_rs::Value, key: &str) -> u64 {
-    use sonic_rs::JsonValueTrait;
-    v.get(key)
-        .and_then(|x| x.as_u64())
-        .unwrap_or_else(|| panic!("{key} in {v:?}"))
 }
 
 /// Publishes `first..end` (none when equal), waits for the table, runs the whole catch-up
@@ -96,10 +69,10 @@ fn full_check(py: &str, url: &str, first: u64, end: u64, live: u64) -> u64 {
     // a tail for the socket to replay: a few rows more while the last seal took every row
     // (a seal by size may cut at any commit)
     for _ in 0..20 {
-        if num(&w, "published_end") < num(&w, "end") {
+        if json_u64(&w, "published_end") < json_u64(&w, "end") {
             break;
         }
-        let e = num(&w, "end");
+        let e = json_u64(&w, "end");
         step(
             py,
             &[
@@ -114,8 +87,8 @@ fn full_check(py: &str, url: &str, first: u64, end: u64, live: u64) -> u64 {
         );
         w = step(py, &["wait", "--url", url]);
     }
-    let (floor, published_end) = (num(&w, "floor"), num(&w, "published_end"));
-    let end = num(&w, "end");
+    let (floor, published_end) = (json_u64(&w, "floor"), json_u64(&w, "published_end"));
+    let end = json_u64(&w, "end");
     assert!(published_end < end, "a tail is left for the socket: {w:?}");
     let r = step(
         py,
@@ -139,7 +112,9 @@ fn full_check(py: &str, url: &str, first: u64, end: u64, live: u64) -> u64 {
 
 #[test]
 fn the_official_client_catches_up_from_the_published_table_and_after_a_restart() {
-    let Some(py) = anchor_python() else { return };
+    let Some(py) = anchor_python(&["CORECAST_REQUIRE_ANCHOR"]) else {
+        return;
+    };
     let setup = Setup::new();
     let cfg = setup.config(CONFIG);
     let server = Server::start(Some(&cfg), &setup.data(), &[]);
@@ -155,7 +130,9 @@ fn the_official_client_catches_up_from_the_published_table_and_after_a_restart()
 
 #[test]
 fn catch_up_after_retention_refuses_below_the_floor_and_takes_what_is_left() {
-    let Some(py) = anchor_python() else { return };
+    let Some(py) = anchor_python(&["CORECAST_REQUIRE_ANCHOR"]) else {
+        return;
+    };
     let setup = Setup::new();
     let cfg = setup.config(&format!("{CONFIG}retention = \"20s\"\n"));
     let server = Server::start(Some(&cfg), &setup.data(), &[]);
@@ -174,7 +151,7 @@ fn catch_up_after_retention_refuses_below_the_floor_and_takes_what_is_left() {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let floor = loop {
         let w = step(&py, &["wait", "--url", &url]);
-        let floor = num(&w, "floor");
+        let floor = json_u64(&w, "floor");
         if floor > 1 {
             break floor;
         }
@@ -204,7 +181,9 @@ fn catch_up_after_retention_refuses_below_the_floor_and_takes_what_is_left() {
 
 #[test]
 fn kill9_during_a_publish_leaves_a_whole_table_and_converges() {
-    let Some(py) = anchor_python() else { return };
+    let Some(py) = anchor_python(&["CORECAST_REQUIRE_ANCHOR"]) else {
+        return;
+    };
     for point in [
         "after_data",
         "after_manifest",
@@ -256,7 +235,7 @@ fn kill9_during_a_publish_leaves_a_whole_table_and_converges() {
         // restart without the fault: the table converges on the sealed tier
         let server = Server::start(Some(&cfg), &setup.data(), &[]);
         let url = server.url("trades");
-        let end = num(&step(&py, &["wait", "--url", &url]), "end");
+        let end = json_u64(&step(&py, &["wait", "--url", &url]), "end");
         full_check(&py, &url, end, end + 60, 5);
         server.stop();
     }

@@ -49,27 +49,6 @@ published = "s3://{bucket}/prod"
     )
 }
 
-fn anchor_python() -> Option<String> {
-    let py = std::env::var("CORECAST_ANCHOR_PY").ok().or_else(|| {
-        Some(std::env::var("HOME").ok()? + "/.cache/corecast-anchor/venv/bin/python")
-    })?;
-    let ok = Command::new(&py)
-        .args(["-c", "import streamcast, litelink, pyiceberg, duckdb"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if ok {
-        return Some(py);
-    }
-    assert!(
-        std::env::var_os("CORECAST_REQUIRE_ANCHOR").is_none()
-            && std::env::var_os("CORECAST_REQUIRE_S3").is_none(),
-        "CORECAST_REQUIRE_S3/CORECAST_REQUIRE_ANCHOR is set but {py} lacks streamcast/litelink/pyiceberg/duckdb (run ../shared/tools/anchor/setup.sh)"
-    );
-    eprintln!("skipped: no anchor venv at {py} (../shared/tools/anchor/setup.sh installs it)");
-    None
-}
-
 /// The official client, pyiceberg and DuckDB pointed at the S3 server with the test keys.
 struct Client<'a> {
     py: String,
@@ -119,8 +98,8 @@ impl Client<'_> {
             self.publish(url, first, end);
         }
         let w = self.step(&["wait", "--url", url]);
-        let (floor, published_end) = (num(&w, "floor"), num(&w, "published_end"));
-        let end = num(&w, "end");
+        let (floor, published_end) = (json_u64(&w, "floor"), json_u64(&w, "published_end"));
+        let end = json_u64(&w, "end");
         assert!(published_end < end, "a tail is left for the socket: {w:?}");
         let r = self.step(&[
             "catch_up",
@@ -143,12 +122,6 @@ impl Client<'_> {
         );
         end + live
     }
-}
-
-fn num(v: &sonic_rs::Value, key: &str) -> u64 {
-    v.get(key)
-        .and_then(|x| x.as_u64())
-        .unwrap_or_else(|| panic!("{key} in {v:?}"))
 }
 
 /// The greeting's `metadata` and `metadata_hint`.
@@ -227,7 +200,9 @@ fn stderr_log(setup: &Setup) -> String {
 
 #[test]
 fn the_official_client_catches_up_from_a_table_on_s3_and_after_a_restart() {
-    let Some(py) = anchor_python() else { return };
+    let Some(py) = anchor_python(&["CORECAST_REQUIRE_ANCHOR", "CORECAST_REQUIRE_S3"]) else {
+        return;
+    };
     let Some(moto) = Moto::start() else { return };
     let bucket = moto::bucket("e2e");
     moto.create_bucket(&bucket);
@@ -301,7 +276,9 @@ fn the_official_client_catches_up_from_a_table_on_s3_and_after_a_restart() {
 
 #[test]
 fn publishing_retries_while_the_store_is_down_and_converges_when_it_returns() {
-    let Some(py) = anchor_python() else { return };
+    let Some(py) = anchor_python(&["CORECAST_REQUIRE_ANCHOR", "CORECAST_REQUIRE_S3"]) else {
+        return;
+    };
     let Some(moto) = Moto::start() else { return };
     let bucket = moto::bucket("outage");
     moto.create_bucket(&bucket);
@@ -318,7 +295,7 @@ fn publishing_retries_while_the_store_is_down_and_converges_when_it_returns() {
     let up_took = began.elapsed();
     eprintln!("1000 rows acknowledged in {up_took:?} with the store up");
     let w = client.step(&["wait", "--url", &url]);
-    let published_before = num(&w, "published_end");
+    let published_before = json_u64(&w, "published_end");
     assert_eq!(published_failure(&server), (0, None));
 
     // the store goes down: commits go on (the publisher asserts every ack's offset), seals go
@@ -379,8 +356,8 @@ fn publishing_retries_while_the_store_is_down_and_converges_when_it_returns() {
     // converges on the sealed tier
     gate.open();
     let w = client.step(&["wait", "--url", &url]);
-    assert_eq!(num(&w, "floor"), 1);
-    let end = num(&w, "published_end");
+    assert_eq!(json_u64(&w, "floor"), 1);
+    let end = json_u64(&w, "published_end");
     assert!(end > published_before, "published after recovery: {w:?}");
     // (the error is cleared just after the publish that succeeded)
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -399,9 +376,13 @@ fn publishing_retries_while_the_store_is_down_and_converges_when_it_returns() {
     let hint = format!("s3://{bucket}/prod/trades/trades.metadata/version-hint.text");
     let t = client.step(&["table", "--url", &url, "--hint", &hint]);
     eprintln!("after recovery: {t:?}");
-    assert_eq!((num(&t, "floor"), num(&t, "end")), (1, end), "{t:?}");
-    assert_eq!(num(&t, "duckdb_rows"), end - 1);
-    assert_eq!(num(&t, "pyiceberg_rows"), end - 1);
+    assert_eq!(
+        (json_u64(&t, "floor"), json_u64(&t, "end")),
+        (1, end),
+        "{t:?}"
+    );
+    assert_eq!(json_u64(&t, "duckdb_rows"), end - 1);
+    assert_eq!(json_u64(&t, "pyiceberg_rows"), end - 1);
     // and the official client catches up across the outage
     client.full_check(&url, 3051, 3051, 10);
     server.stop();

@@ -697,3 +697,38 @@ pub fn publish_on(ws: &mut Ws, rows: &[String]) -> Vec<Option<u64>> {
         .unwrap_or_else(|| panic!("publish refused: {reply}"));
     ok.iter().map(|x| x.as_u64()).collect()
 }
+
+/// The anchor venv's python (`$CORECAST_ANCHOR_PY`, else `../shared/tools/anchor/setup.sh`'s),
+/// with the official client, litelink, pyiceberg and DuckDB; `None` (the test says it skipped)
+/// when it is missing, unless one of `required` is set in the environment: then it fails.
+pub fn anchor_python(required: &[&str]) -> Option<String> {
+    let py = std::env::var("CORECAST_ANCHOR_PY").ok().or_else(|| {
+        Some(std::env::var("HOME").ok()? + "/.cache/corecast-anchor/venv/bin/python")
+    })?;
+    let ok = Command::new(&py)
+        .args(["-c", "import streamcast, litelink, pyiceberg, duckdb"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if ok {
+        return Some(py);
+    }
+    let set: Vec<&&str> = required
+        .iter()
+        .filter(|v| std::env::var_os(v).is_some())
+        .collect();
+    assert!(
+        set.is_empty(),
+        "{set:?} set but {py} lacks streamcast/litelink/pyiceberg/duckdb (run ../shared/tools/anchor/setup.sh)"
+    );
+    eprintln!("skipped: no anchor venv at {py} (../shared/tools/anchor/setup.sh installs it)");
+    None
+}
+
+/// The unsigned integer at `key` of a JSON object (a check script's report).
+pub fn json_u64(v: &sonic_rs::Value, key: &str) -> u64 {
+    use sonic_rs::JsonValueTrait;
+    v.get(key)
+        .and_then(|x| x.as_u64())
+        .unwrap_or_else(|| panic!("{key} in {v:?}"))
+}
