@@ -80,6 +80,20 @@ pub struct Config {
     pub s3: corecast_storage::published::S3Options,
     /// Bulk ingest limits (`[ingest]`).
     pub ingest: IngestConfig,
+    /// TLS (`[tls]`); `None`: plaintext only.
+    pub tls: Option<TlsConfig>,
+}
+
+/// `[tls]`: the certificate and key (PEM, checked at load), and where TLS is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// The certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// The private key of the leaf.
+    pub key: PathBuf,
+    /// A second listener for TLS; `None`: the main `listen` address serves TLS instead of
+    /// plaintext.
+    pub listen: Option<SocketAddr>,
 }
 
 /// The limits of bulk ingest (`[ingest]`): together they bound its memory at about
@@ -302,6 +316,15 @@ struct RawConfig {
     published: Option<String>,
     s3: Option<RawS3>,
     ingest: Option<RawIngest>,
+    tls: Option<RawTls>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: String,
+    key: String,
+    listen: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -443,6 +466,7 @@ impl Config {
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             s3: Default::default(),
             ingest: IngestConfig::default(),
+            tls: None,
         }
     }
 
@@ -759,7 +783,36 @@ impl Config {
                 ingest.max_concurrent = n as usize;
             }
         }
+        let tls = match raw.tls {
+            None => None,
+            Some(t) => {
+                let cert = base.join(&t.cert);
+                let key = base.join(&t.key);
+                crate::tls::load_pair(&cert, &key).map_err(|why| err("tls", why))?;
+                let tls_listen = match t.listen {
+                    None => None,
+                    Some(l) => {
+                        let a: SocketAddr = l.parse().map_err(|e| {
+                            err("tls.listen", format!("{l:?} is not an address: {e}"))
+                        })?;
+                        if a == listen {
+                            return Err(err(
+                                "tls.listen",
+                                format!("{a} is the main listen address; drop tls.listen to serve TLS there"),
+                            ));
+                        }
+                        Some(a)
+                    }
+                };
+                Some(TlsConfig {
+                    cert,
+                    key,
+                    listen: tls_listen,
+                })
+            }
+        };
         Ok(Config {
+            tls,
             listen,
             data_dir,
             streams,

@@ -14,7 +14,8 @@
 //! same path at step 3.
 //!
 //! [`shard`] runs the io_uring loops, [`server`] starts and stops everything, [`config`] reads the
-//! TOML file, [`registry`] holds the streams, [`filter`] evaluates `where=`.
+//! TOML file, [`registry`] holds the streams, [`filter`] evaluates `where=`, [`tls`] holds the
+//! certificate and [`reload`] what SIGHUP reloads.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -27,8 +28,10 @@ pub mod filter;
 pub mod ingest;
 pub mod limits;
 pub mod registry;
+pub mod reload;
 pub mod replay;
 pub mod server;
 pub mod session;
 pub mod shard;
 pub mod tier;
+pub mod tls;

@@ -117,6 +117,7 @@ fn serve(
     let signals = match signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
     ]) {
         Ok(s) => s,
         Err(e) => {
@@ -141,14 +142,26 @@ fn serve(
         ),
     }
     tracing::info!(streams, "listening on {}", running.addr);
+    if let Some(tls) = running.tls_addr {
+        tracing::info!("tls listening on {tls}");
+    }
     println!(
-        "corecast listening on {} (driver {})",
+        "corecast listening on {} (driver {}{})",
         running.addr,
-        running.driver.name()
+        running.driver.name(),
+        if running.main_is_tls { ", tls" } else { "" }
     );
+    if let Some(tls) = running.tls_addr {
+        println!("corecast tls on {tls}");
+    }
     let mut signals = signals;
-    if let Some(sig) = signals.forever().next() {
+    for sig in signals.forever() {
+        if sig == signal_hook::consts::SIGHUP {
+            running.reload.run();
+            continue;
+        }
         tracing::info!(signal = sig, "shutting down");
+        break;
     }
     running.shutdown();
     tracing::info!("stopped");

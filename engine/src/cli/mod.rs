@@ -15,6 +15,15 @@ use std::process::ExitCode;
 
 use corecast_net::client::{ClientError, Row};
 
+/// `--ca FILE`: the roots of every `wss://` connection of this run. A bad file is a usage
+/// error.
+pub fn trust_ca(cmd: &str, ca: Option<&std::path::Path>) -> Result<(), ExitCode> {
+    match ca {
+        None => Ok(()),
+        Some(path) => corecast_net::client::tls::use_ca_file(path).map_err(|e| usage(cmd, &e)),
+    }
+}
+
 /// Success (including the server ending the stream normally with 1000/1001).
 pub const EXIT_OK: u8 = 0;
 /// The server refused the request or closed with an error (4400, 4404, 4416, 4429, a rejected row…).

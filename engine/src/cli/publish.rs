@@ -35,8 +35,11 @@ const INPUT_POLL: Duration = Duration::from_millis(20);
     crate::exit_codes_help!()
 ))]
 pub struct PubArgs {
-    /// ws://HOST:PORT/STREAM
+    /// ws://HOST:PORT/STREAM or wss://HOST:PORT/STREAM (TLS)
     pub url: String,
+    /// For wss://: trust the CA certificates in this PEM file instead of the system roots.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<std::path::PathBuf>,
     /// The JSON-lines file to publish; `-` (the default) reads stdin.
     #[arg(long, short = 'f', value_name = "F.jsonl")]
     pub file: Option<PathBuf>,
@@ -119,6 +122,9 @@ fn line_range(a: u64, b: u64) -> String {
 pub fn run(args: PubArgs) -> ExitCode {
     if let Err(e) = corecast_net::client::Target::parse(&args.url) {
         return super::fail("pub", &e);
+    }
+    if let Err(code) = super::trust_ca("pub", args.ca.as_deref()) {
+        return code;
     }
     if let Some(r) = args.rate {
         // at least one row a day: slower rates cannot be paced (and overflow a Duration)

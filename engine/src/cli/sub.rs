@@ -10,8 +10,11 @@ use corecast_net::client::{blocking, Offset, SubscribeOptions};
 #[derive(Args, Debug)]
 #[command(after_help = const_format_help())]
 pub struct SubArgs {
-    /// ws://HOST:PORT/STREAM
+    /// ws://HOST:PORT/STREAM or wss://HOST:PORT/STREAM (TLS)
     pub url: String,
+    /// For wss://: trust the CA certificates in this PEM file instead of the system roots.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<std::path::PathBuf>,
     /// Start at this offset (inclusive), or `earliest` (same as 0). Default: live, from the next row.
     #[arg(long, value_parser = parse_offset, allow_hyphen_values = true)]
     pub offset: Option<Offset>,
@@ -74,6 +77,9 @@ pub fn parse_offset(s: &str) -> Result<Offset, String> {
 pub fn run(args: SubArgs) -> ExitCode {
     if let Err(e) = corecast_net::client::Target::parse(&args.url) {
         return super::fail("sub", &e);
+    }
+    if let Err(code) = super::trust_ca("sub", args.ca.as_deref()) {
+        return code;
     }
     if let Some(w) = &args.where_json {
         if !w.trim_start().starts_with('{') {

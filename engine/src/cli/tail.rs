@@ -16,8 +16,11 @@ use corecast_net::client::{blocking, Offset, SubscribeOptions};
     crate::exit_codes_help!()
 ))]
 pub struct TailArgs {
-    /// ws://HOST:PORT/STREAM
+    /// ws://HOST:PORT/STREAM or wss://HOST:PORT/STREAM (TLS)
     pub url: String,
+    /// For wss://: trust the CA certificates in this PEM file instead of the system roots.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<std::path::PathBuf>,
     /// How many of the latest rows to print before following live.
     #[arg(short = 'n', long = "lines", value_name = "N", default_value_t = 10)]
     pub n: u64,
@@ -33,6 +36,9 @@ pub struct TailArgs {
 pub fn run(args: TailArgs) -> ExitCode {
     if let Err(e) = corecast_net::client::Target::parse(&args.url) {
         return super::fail("tail", &e);
+    }
+    if let Err(code) = super::trust_ca("tail", args.ca.as_deref()) {
+        return code;
     }
     // First connection: read the frontier from the greeting, then leave.
     let probe = match blocking::connect(&args.url, SubscribeOptions::default()) {

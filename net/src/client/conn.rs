@@ -75,18 +75,27 @@ pub(crate) struct WsConn {
 }
 
 impl WsConn {
-    /// Dials `addr`, sends the upgrade for `path` with `host`, and checks the 101.
+    /// Dials `addr` (with TLS for `wss://`), sends the upgrade for `path` with the target's
+    /// host, and checks the 101.
     pub(crate) async fn open(
         addr: SocketAddr,
-        host: &str,
+        target: &super::Target,
         path: &str,
     ) -> Result<WsConn, ClientError> {
-        let conn = Conn::connect(addr)
-            .await
-            .map_err(|e| ClientError::Connect {
-                addr: host.to_string(),
-                msg: e.to_string(),
-            })?;
+        let host = &target.host_header();
+        let fail = |e: std::io::Error| ClientError::Connect {
+            addr: host.to_string(),
+            msg: e.to_string(),
+        };
+        let conn = if target.tls {
+            let name = rustls::pki_types::ServerName::try_from(target.bare_host().to_string())
+                .map_err(|e| ClientError::BadUrl(format!("{}: {e}", target.host)))?;
+            Conn::connect_tls(addr, super::tls::config()?, name)
+                .await
+                .map_err(fail)?
+        } else {
+            Conn::connect(addr).await.map_err(fail)?
+        };
         let (mut r, mut w) = conn.split();
         let mut rng = XorShift::seeded();
         let mut nonce = [0u8; 16];

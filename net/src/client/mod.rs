@@ -1,5 +1,6 @@
 //! The client library: subscribe to and publish into a streamcast-protocol-4 broker (corecast or
-//! the reference server) over `ws://`.
+//! the reference server) over `ws://` or `wss://` (TLS: the system roots, or a CA file through
+//! [`tls::use_ca_file`]).
 //!
 //! Async on this crate's runtime ([`crate::rt`]), with a blocking facade ([`blocking`]) that runs
 //! a runtime on the calling thread.
@@ -37,6 +38,7 @@ mod cursor;
 mod error;
 mod publish;
 mod subscribe;
+pub mod tls;
 mod url;
 
 use std::ops::Range;

@@ -102,7 +102,7 @@ pub async fn publish(url: &str, opts: PublishOptions) -> Result<Publisher, Clien
         query.push(("publisher", Some(id)));
     }
     let addr = target.resolve()?;
-    let mut ws = WsConn::open(addr, &target.host_header(), &target.path_and_query(&query)).await?;
+    let mut ws = WsConn::open(addr, &target, &target.path_and_query(&query)).await?;
     let greeting = ws.greeting().await?;
     let next_seq = match (&opts.publisher, &greeting.publisher) {
         (None, _) => None,

@@ -1,4 +1,4 @@
-//! `ws://HOST:PORT/STREAM` URLs and the request paths built from them.
+//! `ws://HOST:PORT/STREAM` and `wss://HOST:PORT/STREAM` URLs and the request paths built from them.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -13,21 +13,23 @@ pub struct Target {
     pub port: u16,
     /// The stream name, percent-decoded.
     pub stream: String,
+    /// `wss://`: TLS, the certificate checked against the roots of [`super::tls`] for `host`.
+    pub tls: bool,
 }
 
 impl Target {
-    /// Parses `url`. Only `ws://` is supported; the path is the stream name; a query string is
+    /// Parses `url`: `ws://` or `wss://` (TLS; port 443 by default); the path is the stream name; a query string is
     /// refused (say what you want with options, not in the URL).
     pub fn parse(url: &str) -> Result<Target, ClientError> {
         let bad = |why: &str| {
-            ClientError::BadUrl(format!("{url:?}: {why} (expected ws://HOST:PORT/STREAM)"))
+            ClientError::BadUrl(format!("{url:?}: {why} (expected ws://HOST:PORT/STREAM or wss://…)"))
         };
-        let rest = if let Some(r) = strip_prefix_ci(url, "ws://") {
-            r
-        } else if strip_prefix_ci(url, "wss://").is_some() {
-            return Err(bad("wss:// (TLS) is not supported"));
+        let (rest, tls) = if let Some(r) = strip_prefix_ci(url, "ws://") {
+            (r, false)
+        } else if let Some(r) = strip_prefix_ci(url, "wss://") {
+            (r, true)
         } else {
-            return Err(bad("the scheme must be ws://"));
+            return Err(bad("the scheme must be ws:// or wss://"));
         };
         if rest.contains('?') || rest.contains('#') {
             return Err(bad(
@@ -64,6 +66,7 @@ impl Target {
             return Err(bad("no host"));
         }
         let port = match port {
+            None if tls => 443,
             None => 80,
             Some(p) => p
                 .parse::<u16>()
@@ -83,6 +86,7 @@ impl Target {
             host: host.to_string(),
             port,
             stream,
+            tls,
         })
     }
 
@@ -120,9 +124,15 @@ impl Target {
         p
     }
 
-    /// `ws://HOST:PORT/STREAM` back again.
+    /// The host without IPv6 brackets: the name a TLS certificate must carry.
+    pub fn bare_host(&self) -> &str {
+        self.host.trim_start_matches('[').trim_end_matches(']')
+    }
+
+    /// `ws://HOST:PORT/STREAM` (or `wss://`) back again.
     pub fn url(&self) -> String {
-        format!("ws://{}{}", self.host_header(), self.path_and_query(&[]))
+        let scheme = if self.tls { "wss" } else { "ws" };
+        format!("{scheme}://{}{}", self.host_header(), self.path_and_query(&[]))
     }
 }
 
@@ -184,9 +194,11 @@ mod tests {
             "/a%20b?offset=0&where=%7B%22a%22%3A1%7D"
         );
         assert_eq!(Target::parse("ws://h/s").unwrap().port, 80);
+        let t = Target::parse("wss://h/s").unwrap();
+        assert_eq!((t.port, t.tls, t.url().as_str()), (443, true, "wss://h:443/s"));
+        assert!(!Target::parse("ws://h/s").unwrap().tls);
         for bad in [
             "http://h:1/s",
-            "wss://h:1/s",
             "ws://h:1/",
             "ws://h:1",
             "ws://:1/s",

@@ -1,0 +1,443 @@
+//! TLS under [`super::Conn`]: rustls's sans-I/O connection driven by the shard's socket.
+//!
+//! A TLS connection is split like a plaintext one, but both halves share one
+//! [`rustls::Connection`] (`Rc<RefCell<…>>`: it lives and dies on its shard, nothing here is
+//! `Send`). The read half reads ciphertext, hands it to rustls and returns plaintext; the write
+//! half encrypts into a per-connection buffer of at most [`WRITE_CHUNK_BYTES`] of plaintext at a
+//! time and writes it. Bytes rustls produces while *reading* — the server's handshake flights,
+//! TLS 1.3 session tickets, a key update's answer, an alert — must be written too, and the write
+//! half may be idle or in the middle of a write. The socket's write side is therefore a token
+//! ([`Shared::sock_w`]): whoever holds it writes everything pending, in order, before giving it
+//! back; the reader writes its bytes itself when the token is free, and otherwise leaves them in
+//! [`Shared::pending`] where the writer, which holds the token, picks them up before returning it.
+//!
+//! The server side's handshake runs inside the first reads, so it is done before a byte of the
+//! HTTP head is returned and the caller's head deadline covers it. The client side completes the
+//! handshake before [`super::Conn::connect_tls`] returns, so certificate errors surface there.
+//!
+//! A peer that speaks plaintext HTTP to a TLS port gets a plaintext `400` naming the scheme to
+//! use, then the connection closes.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::io::{self, BufRead, Write};
+use std::rc::Rc;
+
+use monoio::buf::IoBufMut;
+use monoio::io::{
+    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, CancelableAsyncReadRent, Splitable,
+};
+use monoio::io::{Canceller, OwnedReadHalf, OwnedWriteHalf};
+use monoio::net::TcpStream;
+
+use super::{FrameVec, Watched};
+
+/// Most ciphertext bytes one socket read takes (one full TLS record and its header).
+const READ_CHUNK_BYTES: usize = 16 * 1024 + 512;
+
+/// Most plaintext bytes encrypted before the ciphertext is written: the bound of a TLS
+/// connection's write buffer (four full records; the plaintext path writes shared bytes with no
+/// buffer at all).
+pub const WRITE_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Capacity of the pending buffer kept between writes; a larger one is given back.
+const PENDING_KEPT_BYTES: usize = 2 * WRITE_CHUNK_BYTES;
+
+/// The first byte of a TLS handshake record.
+const HANDSHAKE_RECORD: u8 = 0x16;
+
+/// What a plaintext HTTP request on a TLS port gets back.
+const PLAINTEXT_REFUSAL: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n\
+Content-Length: 81\r\nConnection: close\r\n\r\n\
+{\"error\":\"tls_required\",\"message\":\"this port speaks TLS: use https:// or wss://\"}";
+
+/// The state both halves of one TLS connection share.
+struct Shared {
+    tls: RefCell<rustls::Connection>,
+    /// The socket's write side while nobody writes with it (the write token).
+    sock_w: Cell<Option<OwnedWriteHalf<TcpStream>>>,
+    /// Ciphertext taken out of `tls` and not yet written, in order.
+    pending: RefCell<Vec<u8>>,
+    /// Server side, no byte seen yet: the first one tells TLS from plaintext HTTP.
+    first_read: Cell<bool>,
+    /// The connection failed (a TLS error, a lost write side): every later call fails.
+    broken: Cell<bool>,
+}
+
+fn broken() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "tls connection failed earlier")
+}
+
+fn tls_error(e: rustls::Error) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+impl Shared {
+    /// Moves every record rustls has queued into `pending`.
+    fn take_output(&self) -> io::Result<()> {
+        let mut tls = self.tls.borrow_mut();
+        let mut pending = self.pending.borrow_mut();
+        while tls.wants_write() {
+            tls.write_tls(&mut *pending)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `pending` (and whatever rustls queues meanwhile) with the token `w`, until both
+    /// are empty.
+    async fn write_pending(&self, w: &mut OwnedWriteHalf<TcpStream>) -> io::Result<()> {
+        loop {
+            self.take_output()?;
+            let out = std::mem::take(&mut *self.pending.borrow_mut());
+            if out.is_empty() {
+                *self.pending.borrow_mut() = out;
+                return Ok(());
+            }
+            let (res, mut back) = w.write_all(out).await;
+            if let Err(e) = res {
+                self.broken.set(true);
+                return Err(e);
+            }
+            back.clear();
+            let mut pending = self.pending.borrow_mut();
+            // bytes the reader queued while this write was in flight stay first in line
+            if pending.is_empty() && back.capacity() <= PENDING_KEPT_BYTES {
+                *pending = back;
+            }
+        }
+    }
+
+    /// Writes what is pending if the write side is free; otherwise its holder will.
+    async fn flush(&self) -> io::Result<()> {
+        let Some(mut w) = self.sock_w.take() else {
+            return Ok(());
+        };
+        let res = self.write_pending(&mut w).await;
+        self.sock_w.set(Some(w));
+        res
+    }
+
+    /// Hands `raw` ciphertext to rustls and appends the plaintext it yields to `out`. `Ok(true)`
+    /// once the peer has closed the TLS session (close_notify) and nothing is left to read.
+    fn absorb(&self, mut raw: &[u8], out: &mut Vec<u8>) -> io::Result<bool> {
+        let mut tls = self.tls.borrow_mut();
+        while !raw.is_empty() {
+            let n = tls.read_tls(&mut raw)?;
+            if let Err(e) = tls.process_new_packets() {
+                self.broken.set(true);
+                // rustls queued the alert: the caller's flush sends it
+                drop(tls);
+                let _ = self.take_output();
+                return Err(tls_error(e));
+            }
+            Self::drain(&mut tls, out)?;
+            if n == 0 {
+                break;
+            }
+        }
+        Self::drain(&mut tls, out)
+    }
+
+    /// Moves decrypted plaintext into `out`; `Ok(true)` at the clean end of the session.
+    fn drain(tls: &mut rustls::Connection, out: &mut Vec<u8>) -> io::Result<bool> {
+        let mut reader = tls.reader();
+        loop {
+            match reader.fill_buf() {
+                Ok([]) => return Ok(true),
+                Ok(chunk) => {
+                    let n = chunk.len();
+                    out.extend_from_slice(chunk);
+                    reader.consume(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                // the TCP stream ended without close_notify: the end, as plaintext reads it
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(true),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Server side, first bytes: refuses plaintext HTTP with a readable answer.
+    async fn check_first(&self, raw: &[u8]) -> io::Result<()> {
+        if !self.first_read.replace(false) || raw.first() == Some(&HANDSHAKE_RECORD) {
+            return Ok(());
+        }
+        self.broken.set(true);
+        if raw.first().is_some_and(u8::is_ascii_alphabetic) {
+            if let Some(mut w) = self.sock_w.take() {
+                let _ = w.write_all(PLAINTEXT_REFUSAL).await;
+                let _ = w.shutdown().await;
+                self.sock_w.set(Some(w));
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "plaintext on a TLS port (no TLS handshake record)",
+        ))
+    }
+}
+
+/// The reading half of a TLS connection.
+pub(super) struct TlsRead {
+    sock: OwnedReadHalf<TcpStream>,
+    shared: Rc<Shared>,
+    raw: Vec<u8>,
+}
+
+/// The writing half of a TLS connection.
+pub(super) struct TlsWrite {
+    shared: Rc<Shared>,
+}
+
+/// Splits `stream` into the two halves of a TLS connection run by `tls`.
+pub(super) fn split(stream: TcpStream, tls: rustls::Connection) -> (TlsRead, TlsWrite) {
+    let server = matches!(tls, rustls::Connection::Server(_));
+    let (r, w) = stream.into_split();
+    let shared = Rc::new(Shared {
+        tls: RefCell::new(tls),
+        sock_w: Cell::new(Some(w)),
+        pending: RefCell::new(Vec::new()),
+        first_read: Cell::new(server),
+        broken: Cell::new(false),
+    });
+    (
+        TlsRead {
+            sock: r,
+            shared: shared.clone(),
+            raw: Vec::new(),
+        },
+        TlsWrite { shared },
+    )
+}
+
+impl TlsRead {
+    /// The peer's address.
+    pub(super) fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.sock.peer_addr()
+    }
+
+    /// Reads ciphertext once; the plaintext goes to `out`. `Ok(true)` at the end of the stream.
+    async fn read_once(&mut self, out: &mut Vec<u8>, max_bytes: usize) -> io::Result<bool> {
+        let mut raw = std::mem::take(&mut self.raw);
+        raw.clear();
+        raw.reserve(max_bytes);
+        let (res, slice) = self.sock.read(raw.slice_mut(0..max_bytes)).await;
+        self.raw = slice.into_inner();
+        let n = res?;
+        if n == 0 {
+            return Ok(true);
+        }
+        self.shared.check_first(&self.raw).await?;
+        let end = self.shared.absorb(&self.raw, out);
+        self.shared.flush().await?;
+        end
+    }
+
+    /// Drives the handshake to its end (the client side, before the first write).
+    pub(super) async fn handshake(&mut self) -> io::Result<()> {
+        let mut early = Vec::new();
+        loop {
+            self.shared.flush().await?;
+            if !self.shared.tls.borrow().is_handshaking() {
+                // a server does not send application data before our first request
+                debug_assert!(early.is_empty());
+                return Ok(());
+            }
+            if self.read_once(&mut early, READ_CHUNK_BYTES).await? {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    }
+
+    /// [`super::ReadHalf::read_into`]: plaintext appended to `buf` (at least `min_room` bytes
+    /// reserved first when it is full); 0 at the end of the session.
+    pub(super) async fn read_into(
+        &mut self,
+        mut buf: Vec<u8>,
+        min_room: usize,
+    ) -> (io::Result<usize>, Vec<u8>) {
+        if self.shared.broken.get() {
+            return (Err(broken()), buf);
+        }
+        if buf.capacity() - buf.len() < min_room {
+            buf.reserve(min_room);
+        }
+        let start = buf.len();
+        loop {
+            let end = {
+                let mut tls = self.shared.tls.borrow_mut();
+                Shared::drain(&mut tls, &mut buf)
+            };
+            match end {
+                Ok(_) if buf.len() > start => return (Ok(buf.len() - start), buf),
+                Ok(true) => return (Ok(0), buf),
+                Ok(false) => {}
+                Err(e) => return (Err(e), buf),
+            }
+            match self.read_once(&mut buf, READ_CHUNK_BYTES).await {
+                Ok(true) if buf.len() == start => return (Ok(0), buf),
+                Ok(_) => {}
+                Err(e) => return (Err(e), buf),
+            }
+        }
+    }
+
+    /// [`super::ReadHalf::watch_while`] over TLS: one ciphertext read kept in flight beside
+    /// `fut`, its plaintext appended to `held` (which may pass `max_held` by the plaintext of
+    /// one read, at most [`super::WATCH_CHUNK`] bytes).
+    pub(super) async fn watch_while<F: Future>(
+        &mut self,
+        held: &mut Vec<u8>,
+        max_held: usize,
+        fut: F,
+    ) -> Watched<F::Output> {
+        let mut fut = std::pin::pin!(fut);
+        loop {
+            let end = {
+                let mut tls = self.shared.tls.borrow_mut();
+                Shared::drain(&mut tls, held)
+            };
+            if !matches!(end, Ok(false)) || self.shared.broken.get() {
+                return Watched::Closed;
+            }
+            if held.len() >= max_held {
+                return Watched::Done(fut.await);
+            }
+            let mut raw = std::mem::take(&mut self.raw);
+            raw.clear();
+            raw.reserve(super::WATCH_CHUNK);
+            let canceller = Canceller::new();
+            let read = self
+                .sock
+                .cancelable_read(raw.slice_mut(0..super::WATCH_CHUNK), canceller.handle());
+            let mut read = std::pin::pin!(read);
+            let first = std::future::poll_fn(|cx| {
+                if let std::task::Poll::Ready(out) = fut.as_mut().poll(cx) {
+                    return std::task::Poll::Ready(Ok(out));
+                }
+                read.as_mut().poll(cx).map(Err)
+            })
+            .await;
+            let (done, res, slice) = match first {
+                Ok(out) => {
+                    let _ = canceller.cancel();
+                    let (res, slice) = read.await;
+                    (Some(out), res, slice)
+                }
+                Err((res, slice)) => (None, res, slice),
+            };
+            self.raw = slice.into_inner();
+            let closed = match res {
+                Ok(n) if n > 0 => {
+                    !matches!(self.shared.absorb(&self.raw, held), Ok(false))
+                        || self.shared.flush().await.is_err()
+                }
+                // cancelled with nothing read: the connection is as it was
+                Err(_) if done.is_some() => false,
+                _ => true,
+            };
+            match done {
+                Some(out) => return Watched::Done(out),
+                None if closed => return Watched::Closed,
+                None => {}
+            }
+        }
+    }
+}
+
+impl TlsWrite {
+    /// Encrypts `plain` and writes it, [`WRITE_CHUNK_BYTES`] at a time, with the token `w`.
+    async fn encrypt_and_write(
+        &self,
+        w: &mut OwnedWriteHalf<TcpStream>,
+        mut plain: &[u8],
+        since_write: &mut usize,
+    ) -> io::Result<()> {
+        while !plain.is_empty() {
+            let n = {
+                let mut tls = self.shared.tls.borrow_mut();
+                let room = WRITE_CHUNK_BYTES - *since_write;
+                tls.writer().write(&plain[..plain.len().min(room)])?
+            };
+            plain = &plain[n..];
+            *since_write += n;
+            if n == 0 || *since_write >= WRITE_CHUNK_BYTES {
+                self.shared.write_pending(w).await?;
+                if n == 0 && *since_write == 0 {
+                    // rustls takes nothing even with its buffers empty: no session yet
+                    return Err(io::Error::new(
+                        io::ErrorKind::NotConnected,
+                        "tls handshake not complete",
+                    ));
+                }
+                *since_write = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the write token; fails when the connection is broken or a cancelled write took the
+    /// token with it.
+    fn take_token(&self) -> io::Result<OwnedWriteHalf<TcpStream>> {
+        if self.shared.broken.get() {
+            return Err(broken());
+        }
+        self.shared.sock_w.take().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "tls write side lost (a write was cancelled)",
+            )
+        })
+    }
+
+    /// [`super::WriteHalf::write_all`] over TLS.
+    pub(super) async fn write_all(&mut self, buf: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
+        let mut w = match self.take_token() {
+            Ok(w) => w,
+            Err(e) => return (Err(e), buf),
+        };
+        let mut since = 0;
+        let mut res = self.encrypt_and_write(&mut w, &buf, &mut since).await;
+        if res.is_ok() {
+            res = self.shared.write_pending(&mut w).await;
+        }
+        self.shared.sock_w.set(Some(w));
+        (res, buf)
+    }
+
+    /// [`super::WriteHalf::write_frames`] over TLS.
+    pub(super) async fn write_frames(&mut self, mut frames: FrameVec) -> (io::Result<()>, FrameVec) {
+        let mut w = match self.take_token() {
+            Ok(w) => w,
+            Err(e) => return (Err(e), frames),
+        };
+        let mut since = 0;
+        let mut res = Ok(());
+        for part in frames.slices() {
+            res = self.encrypt_and_write(&mut w, part, &mut since).await;
+            if res.is_err() {
+                break;
+            }
+        }
+        if res.is_ok() {
+            res = self.shared.write_pending(&mut w).await;
+        }
+        self.shared.sock_w.set(Some(w));
+        if res.is_ok() {
+            frames.clear();
+        }
+        (res, frames)
+    }
+
+    /// Sends close_notify, then shuts the socket's write side.
+    pub(super) async fn shutdown(&mut self) -> io::Result<()> {
+        self.shared.tls.borrow_mut().send_close_notify();
+        let mut w = self.take_token()?;
+        let mut res = self.shared.write_pending(&mut w).await;
+        if res.is_ok() {
+            res = w.shutdown().await;
+        }
+        self.shared.sock_w.set(Some(w));
+        res
+    }
+}
