@@ -1,0 +1,453 @@
+//! TLS (issue 14 item 3): `wss://` and `https://` served by rustls, on the main port or on a
+//! listener of its own beside the plaintext one, the certificate reloaded on SIGHUP.
+//!
+//! Every key and certificate is made at test time with rcgen (a CA, then server certificates
+//! for `localhost` and 127.0.0.1 signed by it); none is committed. Peers we did not write:
+//! `curl --cacert` (https, SSE), `openssl s_client` (TLS 1.3 and 1.2, ALPN), the official Python
+//! client (`SSL_CERT_FILE`); ours: the client library and the CLI with `--ca`.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{corecast_run, split_frame, trade, try_start_server_at, Server, Setup};
+
+/// A test CA: its certificate (PEM file) and what signs with it.
+struct Ca {
+    pem: PathBuf,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+fn ca(dir: &Path, name: &str) -> Ca {
+    let key = rcgen::KeyPair::generate().expect("ca key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("corecast test CA {name}"));
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::CrlSign,
+    ];
+    let cert = params.self_signed(&key).expect("ca cert");
+    let pem = dir.join(format!("{name}.ca.pem"));
+    std::fs::write(&pem, cert.pem()).unwrap();
+    Ca {
+        pem,
+        issuer: rcgen::Issuer::new(params, key),
+    }
+}
+
+/// A server certificate for `localhost` and 127.0.0.1 signed by `ca`: (cert PEM, key PEM).
+fn server_pair(ca: &Ca) -> (String, String) {
+    let key = rcgen::KeyPair::generate().expect("server key");
+    let mut params =
+        rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+            .expect("server params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "localhost");
+    let cert = params.signed_by(&key, &ca.issuer).expect("server cert");
+    (cert.pem(), key.serialize_pem())
+}
+
+/// Writes a pair as `cert.pem` and `key.pem` in `dir`; returns their paths.
+fn write_pair(dir: &Path, pair: &(String, String)) -> (PathBuf, PathBuf) {
+    let cert = dir.join("cert.pem");
+    let key = dir.join("key.pem");
+    std::fs::write(&cert, &pair.0).unwrap();
+    std::fs::write(&key, &pair.1).unwrap();
+    (cert, key)
+}
+
+/// The trades stream, and `[tls]` with `extra` (e.g. `listen = "…"`) for the pair in `dir`.
+fn tls_config(setup: &Setup, extra: &str) -> PathBuf {
+    setup.config(&format!(
+        r#"
+[[stream]]
+name = "trades"
+schema = "@trade"
+
+[tls]
+cert = "cert.pem"
+key = "key.pem"
+{extra}
+"#
+    ))
+}
+
+fn start(setup: &Setup, config: &Path) -> Server {
+    try_start_server_at(Some(config), &setup.data(), "127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn wss(port: u16, stream: &str) -> String {
+    format!("wss://localhost:{port}/{stream}")
+}
+
+fn rows(n: i64) -> String {
+    (1..=n).map(|i| trade(i, "BTC") + "\n").collect()
+}
+
+fn has(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// Waits until the server's log contains `needle`.
+fn wait_log(srv: &Server, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !srv.stderr().contains(needle) {
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} in the log: {}",
+            srv.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `[tls] listen` beside the plaintext port: 3,000 rows published with `corecast pub` over
+/// wss:// arrive identically over ws://, over wss:// with `corecast sub --ca`, and through the
+/// client library over wss:// (more than one 64 KiB write chunk of frames).
+#[test]
+fn wss_beside_ws_gives_the_same_rows_to_the_cli_and_the_client() {
+    let setup = Setup::new();
+    let ca = ca(setup.tmp.path(), "one");
+    write_pair(setup.tmp.path(), &server_pair(&ca));
+    let tls_port = support::dead_port();
+    let cfg = tls_config(&setup, &format!("listen = \"127.0.0.1:{tls_port}\""));
+    let srv = start(&setup, &cfg);
+    let ca_pem = ca.pem.to_str().unwrap();
+    let n = 3000;
+    let out = corecast_run(
+        &["pub", &wss(tls_port, "trades"), "--ca", ca_pem, "--quiet"],
+        Some(rows(n).as_bytes()),
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.code, Some(0), "pub over wss: {out:?}");
+    let count = n.to_string();
+    let plain = corecast_run(
+        &["sub", &srv.url("trades"), "--offset", "earliest", "--count", &count],
+        None,
+        Duration::from_secs(60),
+    );
+    assert_eq!(plain.code, Some(0), "{plain:?}");
+    assert_eq!(plain.lines().len(), n as usize);
+    let tls = corecast_run(
+        &[
+            "sub",
+            &wss(tls_port, "trades"),
+            "--ca",
+            ca_pem,
+            "--offset",
+            "earliest",
+            "--count",
+            &count,
+        ],
+        None,
+        Duration::from_secs(60),
+    );
+    assert_eq!(tls.code, Some(0), "{tls:?}");
+    assert_eq!(tls.stdout, plain.stdout, "wss:// and ws:// give the same frames");
+    for (i, line) in plain.lines().iter().enumerate() {
+        assert_eq!(split_frame(line).0, Some(i as u64 + 1));
+    }
+
+    // the client library, trusting the test CA
+    corecast_net::client::tls::use_ca_file(&ca.pem).expect("ca file");
+    let mut sub = corecast_net::client::blocking::connect(
+        &wss(tls_port, "trades"),
+        corecast_net::client::SubscribeOptions {
+            offset: Some(corecast_net::client::Offset::Earliest),
+            ..Default::default()
+        },
+    )
+    .expect("client over wss");
+    for line in plain.lines() {
+        let row = sub.next().expect("row").expect("not the end");
+        let (offset, _, text) = split_frame(line);
+        assert_eq!(row.offset, offset);
+        assert_eq!(row.row(), text);
+    }
+    let _ = sub.close();
+
+    // without the CA the system roots do not vouch for the test certificate
+    let refused = corecast_run(
+        &["sub", &wss(tls_port, "trades"), "--count", "1"],
+        None,
+        Duration::from_secs(20),
+    );
+    assert_eq!(refused.code, Some(3), "{refused:?}");
+    assert!(
+        refused.stderr.contains("certificate"),
+        "names the certificate: {}",
+        refused.stderr
+    );
+    srv.stop();
+}
+
+/// `[tls]` without `listen`: the main port is TLS, and every HTTP endpoint works over it.
+#[test]
+fn https_endpoints_and_the_handshake_on_the_main_port() {
+    let setup = Setup::new();
+    let ca = ca(setup.tmp.path(), "one");
+    write_pair(setup.tmp.path(), &server_pair(&ca));
+    let cfg = tls_config(&setup, "");
+    let srv = start(&setup, &cfg);
+    let port = srv.addr.port();
+    let ca_pem = ca.pem.to_str().unwrap();
+    let out = corecast_run(
+        &["pub", &wss(port, "trades"), "--ca", ca_pem, "--quiet"],
+        Some(rows(5).as_bytes()),
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code, Some(0), "{out:?}");
+
+    if has("curl") {
+        let curl = |path: &str, extra: &[&str]| {
+            let o = Command::new("curl")
+                .args(["-sS", "--max-time", "5", "--cacert", ca_pem])
+                .args(extra)
+                .arg(format!("https://localhost:{port}{path}"))
+                .output()
+                .expect("curl");
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        };
+        let stats = curl("/stats", &[]);
+        assert!(stats.contains("\"trades\""), "/stats over https: {stats}");
+        let pull = curl("/v1/streams/trades/rows?limit=2", &[]);
+        assert!(pull.contains("\"rows\""), "pull over https: {pull}");
+        let metrics = curl("/metrics", &[]);
+        assert!(metrics.contains("corecast_"), "/metrics over https");
+        // SSE: the five rows, then curl gives up at its time limit
+        let sse = curl("/trades/events?offset=1", &["-N", "--max-time", "2"]);
+        let data = sse.lines().filter(|l| l.starts_with("data:")).count();
+        assert!(data >= 5, "SSE over https: {sse}");
+    } else {
+        eprintln!("skipped the curl checks: no curl on PATH");
+    }
+
+    if has("openssl") {
+        for version in ["-tls1_3", "-tls1_2"] {
+            let mut child = Command::new("openssl")
+                .args(["s_client", "-connect", &format!("127.0.0.1:{port}")])
+                .args(["-servername", "localhost", "-alpn", "http/1.1", version])
+                .args(["-CAfile", ca_pem, "-verify_return_error"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("openssl");
+            // one request over the session, then end it
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(b"GET /stats HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                .unwrap();
+            let o = child.wait_with_output().expect("openssl");
+            let text = String::from_utf8_lossy(&o.stdout);
+            let want = if version == "-tls1_3" {
+                "TLSv1.3"
+            } else {
+                "TLSv1.2"
+            };
+            assert!(text.contains(want), "{version}: {text}");
+            assert!(
+                text.contains("ALPN protocol: http/1.1"),
+                "{version}: ALPN http/1.1 negotiated: {text}"
+            );
+            assert!(
+                text.contains("Verify return code: 0 (ok)"),
+                "{version}: {text}"
+            );
+        }
+    } else {
+        eprintln!("skipped the s_client checks: no openssl on PATH");
+    }
+    srv.stop();
+}
+
+/// A plaintext client on a TLS port gets a plaintext 400 (or, not speaking HTTP, a closed
+/// connection); a TLS client on a plaintext port fails at once. Neither hangs nor harms the
+/// server.
+#[test]
+fn the_wrong_protocol_on_either_port_fails_cleanly() {
+    let setup = Setup::new();
+    let ca = ca(setup.tmp.path(), "one");
+    write_pair(setup.tmp.path(), &server_pair(&ca));
+    let tls_port = support::dead_port();
+    let cfg = tls_config(&setup, &format!("listen = \"127.0.0.1:{tls_port}\""));
+    let srv = start(&setup, &cfg);
+
+    let read_all = |mut s: TcpStream| {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut got = Vec::new();
+        let t0 = Instant::now();
+        let _ = s.read_to_end(&mut got);
+        assert!(t0.elapsed() < Duration::from_secs(4), "closed promptly");
+        String::from_utf8_lossy(&got).into_owned()
+    };
+    let mut s = TcpStream::connect(("127.0.0.1", tls_port)).unwrap();
+    s.write_all(b"GET /stats HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let answer = read_all(s);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("tls_required"), "{answer}");
+    let mut s = TcpStream::connect(("127.0.0.1", tls_port)).unwrap();
+    s.write_all(&[0u8; 64]).unwrap();
+    assert_eq!(read_all(s), "", "not TLS, not HTTP: closed without a word");
+
+    // wss:// on the plaintext port
+    let out = corecast_run(
+        &[
+            "sub",
+            &format!("wss://localhost:{}/trades", srv.addr.port()),
+            "--ca",
+            ca.pem.to_str().unwrap(),
+            "--count",
+            "1",
+        ],
+        None,
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.code, Some(3), "{out:?}");
+
+    // both ports still serve
+    let stats = support::http_get(srv.addr, "/stats");
+    assert!(stats.text().contains("trades"));
+    let out = corecast_run(
+        &["pub", &srv.url("trades"), "--quiet"],
+        Some(rows(1).as_bytes()),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let ok = corecast_run(
+        &[
+            "sub",
+            &wss(tls_port, "trades"),
+            "--ca",
+            ca.pem.to_str().unwrap(),
+            "--offset",
+            "earliest",
+            "--count",
+            "1",
+        ],
+        None,
+        Duration::from_secs(20),
+    );
+    assert_eq!(ok.code, Some(0), "{ok:?}");
+    assert!(!srv.stderr().contains("panicked"), "{}", srv.stderr());
+    srv.stop();
+}
+
+/// SIGHUP reloads the certificate: an open wss:// subscriber keeps receiving, a new connection
+/// sees the new certificate, and a bad new file is refused with the old one kept.
+#[test]
+fn sighup_reloads_the_certificate_and_keeps_connections() {
+    let setup = Setup::new();
+    let dir = setup.tmp.path();
+    let one = ca(dir, "one");
+    let two = ca(dir, "two");
+    write_pair(dir, &server_pair(&one));
+    let cfg = tls_config(&setup, "");
+    let srv = start(&setup, &cfg);
+    let port = srv.addr.port();
+    let url = wss(port, "trades");
+    let pub_rows = |from: i64, to: i64, ca: &Path| {
+        let body: String = (from..=to).map(|i| trade(i, "ETH") + "\n").collect();
+        let out = corecast_run(
+            &["pub", &url, "--ca", ca.to_str().unwrap(), "--quiet"],
+            Some(body.as_bytes()),
+            Duration::from_secs(30),
+        );
+        assert_eq!(out.code, Some(0), "{out:?}");
+    };
+    // the long-lived subscriber, trusting CA one
+    let mut sub = Command::new(support::corecast_bin())
+        .args(["sub", &url, "--ca", one.pem.to_str().unwrap()])
+        .args(["--offset", "earliest", "--count", "4"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sub");
+    let mut lines = BufReader::new(sub.stdout.take().unwrap()).lines();
+    pub_rows(1, 2, &one.pem);
+    for want in 1..=2u64 {
+        let line = lines.next().expect("a line").expect("utf8");
+        assert_eq!(split_frame(&line).0, Some(want));
+    }
+
+    write_pair(dir, &server_pair(&two));
+    Command::new("kill")
+        .args(["-HUP", &srv.child.id().to_string()])
+        .status()
+        .unwrap();
+    wait_log(&srv, "reload: tls certificate");
+    // new connections get the new certificate: CA two vouches for it, CA one no longer does
+    pub_rows(3, 4, &two.pem);
+    let old = corecast_run(
+        &["sub", &url, "--ca", one.pem.to_str().unwrap(), "--count", "1"],
+        None,
+        Duration::from_secs(20),
+    );
+    assert_eq!(old.code, Some(3), "the old CA is refused: {old:?}");
+    // the open subscriber got rows 3 and 4 on its session of the old certificate
+    for want in 3..=4u64 {
+        let line = lines.next().expect("a line").expect("utf8");
+        assert_eq!(split_frame(&line).0, Some(want));
+    }
+    assert!(sub.wait().unwrap().success());
+
+    // a bad new file: logged, the certificate of CA two stays
+    std::fs::write(dir.join("cert.pem"), "not a certificate\n").unwrap();
+    Command::new("kill")
+        .args(["-HUP", &srv.child.id().to_string()])
+        .status()
+        .unwrap();
+    wait_log(&srv, "keeping the previous certificate");
+    assert!(srv.stderr().contains("no certificate in the file"));
+    pub_rows(5, 5, &two.pem);
+    srv.stop();
+}
+
+/// Bad `[tls]` configuration is refused at start, naming the file and the fault.
+#[test]
+fn bad_tls_config_is_refused_naming_the_file() {
+    let setup = Setup::new();
+    let dir = setup.tmp.path();
+    let one = ca(dir, "one");
+    let cfg = tls_config(&setup, "");
+    let refused = |why: &str| {
+        let e = match try_start_server_at(Some(&cfg), &setup.data(), "127.0.0.1:0") {
+            Ok(_) => panic!("started with {why}"),
+            Err(e) => e,
+        };
+        e
+    };
+    // missing files
+    let e = refused("no cert file");
+    assert!(e.contains("cert.pem") && e.contains("cannot read"), "{e}");
+    // no certificate in the PEM
+    let (cert, key) = write_pair(dir, &server_pair(&one));
+    std::fs::write(&cert, "hello\n").unwrap();
+    let e = refused("no certificate");
+    assert!(e.contains("cert.pem") && e.contains("no certificate"), "{e}");
+    // a key that belongs to another certificate
+    let a = server_pair(&one);
+    let b = server_pair(&one);
+    std::fs::write(&cert, &a.0).unwrap();
+    std::fs::write(&key, &b.1).unwrap();
+    let e = refused("a mismatched key");
+    assert!(e.contains("key.pem") && e.contains("does not match"), "{e}");
+    // no key in the key file
+    std::fs::write(&key, &a.0).unwrap();
+    let e = refused("no key");
+    assert!(e.contains("key.pem") && e.contains("no private key"), "{e}");
+}
