@@ -451,3 +451,82 @@ fn bad_tls_config_is_refused_naming_the_file() {
     let e = refused("no key");
     assert!(e.contains("key.pem") && e.contains("no private key"), "{e}");
 }
+
+/// The official Python client (streamcast, from the anchor venv) publishes and subscribes over
+/// wss://, trusting the test CA through `SSL_CERT_FILE`; the rows match ours over ws://.
+#[test]
+fn the_official_client_over_wss() {
+    let Some(py) = support::anchor_python(&["CORECAST_REQUIRE_ANCHOR"]) else {
+        return;
+    };
+    let setup = Setup::new();
+    let ca = ca(setup.tmp.path(), "one");
+    write_pair(setup.tmp.path(), &server_pair(&ca));
+    let tls_port = support::dead_port();
+    let cfg = tls_config(&setup, &format!("listen = \"127.0.0.1:{tls_port}\""));
+    let srv = start(&setup, &cfg);
+    let script = r#"
+import asyncio, json, sys
+import streamcast
+
+async def main(url, n):
+    rows = [json.loads(line) for line in sys.stdin]
+    async with streamcast.publish(url) as pub:
+        offsets = await pub.send_many(rows)
+    async with streamcast.connect(url, offset=0) as sub:
+        for _ in range(n):
+            async with asyncio.timeout(10):
+                offset, ts, row = await sub.recv()
+            print(offset, json.dumps(row, separators=(",", ":")))
+    print("offsets", offsets[0], offsets[-1])
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"#;
+    let mut child = Command::new(&py)
+        .args(["-c", script, &wss(tls_port, "trades"), "50"])
+        .env("SSL_CERT_FILE", &ca.pem)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(rows(50).as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().expect("python");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "official client over wss: {text} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(text.contains("offsets 1 50"), "{text}");
+    let plain = corecast_run(
+        &["sub", &srv.url("trades"), "--offset", "earliest", "--count", "50"],
+        None,
+        Duration::from_secs(30),
+    );
+    let ours: Vec<String> = plain
+        .lines()
+        .iter()
+        .map(|l| {
+            let (o, _, row) = split_frame(l);
+            format!("{} {row}", o.unwrap())
+        })
+        .collect();
+    let theirs: Vec<&str> = text.lines().filter(|l| !l.starts_with("offsets")).collect();
+    assert_eq!(theirs.len(), 50);
+    for (a, b) in theirs.iter().zip(&ours) {
+        // the official client parses the row: compare as JSON values
+        let (ao, arow) = a.split_once(' ').unwrap();
+        let (bo, brow) = b.split_once(' ').unwrap();
+        assert_eq!(ao, bo);
+        let av: sonic_rs::Value = sonic_rs::from_str(arow).unwrap();
+        let bv: sonic_rs::Value = sonic_rs::from_str(brow).unwrap();
+        assert_eq!(av, bv);
+    }
+    srv.stop();
+}
