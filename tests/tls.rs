@@ -26,9 +26,10 @@ fn ca(dir: &Path, name: &str) -> Ca {
     let key = rcgen::KeyPair::generate().expect("ca key");
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
     params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, format!("corecast test CA {name}"));
+    params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        format!("corecast test CA {name}"),
+    );
     params.key_usages = vec![
         rcgen::KeyUsagePurpose::KeyCertSign,
         rcgen::KeyUsagePurpose::CrlSign,
@@ -81,7 +82,8 @@ key = "key.pem"
 }
 
 fn start(setup: &Setup, config: &Path) -> Server {
-    try_start_server_at(Some(config), &setup.data(), "127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"))
+    try_start_server_at(Some(config), &setup.data(), "127.0.0.1:0")
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn wss(port: u16, stream: &str) -> String {
@@ -134,7 +136,14 @@ fn wss_beside_ws_gives_the_same_rows_to_the_cli_and_the_client() {
     assert_eq!(out.code, Some(0), "pub over wss: {out:?}");
     let count = n.to_string();
     let plain = corecast_run(
-        &["sub", &srv.url("trades"), "--offset", "earliest", "--count", &count],
+        &[
+            "sub",
+            &srv.url("trades"),
+            "--offset",
+            "earliest",
+            "--count",
+            &count,
+        ],
         None,
         Duration::from_secs(60),
     );
@@ -155,7 +164,10 @@ fn wss_beside_ws_gives_the_same_rows_to_the_cli_and_the_client() {
         Duration::from_secs(60),
     );
     assert_eq!(tls.code, Some(0), "{tls:?}");
-    assert_eq!(tls.stdout, plain.stdout, "wss:// and ws:// give the same frames");
+    assert_eq!(
+        tls.stdout, plain.stdout,
+        "wss:// and ws:// give the same frames"
+    );
     for (i, line) in plain.lines().iter().enumerate() {
         assert_eq!(split_frame(line).0, Some(i as u64 + 1));
     }
@@ -296,7 +308,8 @@ fn the_wrong_protocol_on_either_port_fails_cleanly() {
         String::from_utf8_lossy(&got).into_owned()
     };
     let mut s = TcpStream::connect(("127.0.0.1", tls_port)).unwrap();
-    s.write_all(b"GET /stats HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.write_all(b"GET /stats HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     let answer = read_all(s);
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert!(answer.contains("tls_required"), "{answer}");
@@ -393,7 +406,14 @@ fn sighup_reloads_the_certificate_and_keeps_connections() {
     // new connections get the new certificate: CA two vouches for it, CA one no longer does
     pub_rows(3, 4, &two.pem);
     let old = corecast_run(
-        &["sub", &url, "--ca", one.pem.to_str().unwrap(), "--count", "1"],
+        &[
+            "sub",
+            &url,
+            "--ca",
+            one.pem.to_str().unwrap(),
+            "--count",
+            "1",
+        ],
         None,
         Duration::from_secs(20),
     );
@@ -438,7 +458,10 @@ fn bad_tls_config_is_refused_naming_the_file() {
     let (cert, key) = write_pair(dir, &server_pair(&one));
     std::fs::write(&cert, "hello\n").unwrap();
     let e = refused("no certificate");
-    assert!(e.contains("cert.pem") && e.contains("no certificate"), "{e}");
+    assert!(
+        e.contains("cert.pem") && e.contains("no certificate"),
+        "{e}"
+    );
     // a key that belongs to another certificate
     let a = server_pair(&one);
     let b = server_pair(&one);
@@ -505,7 +528,14 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2])))
     );
     assert!(text.contains("offsets 1 50"), "{text}");
     let plain = corecast_run(
-        &["sub", &srv.url("trades"), "--offset", "earliest", "--count", "50"],
+        &[
+            "sub",
+            &srv.url("trades"),
+            "--offset",
+            "earliest",
+            "--count",
+            "50",
+        ],
         None,
         Duration::from_secs(30),
     );

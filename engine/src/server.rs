@@ -214,9 +214,7 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
                     .map_err(|e| StartError::Other(format!("tls: {e}")))?,
             );
             let server_cfg = store.server_config();
-            let reload = crate::reload::Reload {
-                tls: Some(store),
-            };
+            let reload = crate::reload::Reload { tls: Some(store) };
             match t.listen {
                 None => (Some(server_cfg), None, reload),
                 Some(l) => {

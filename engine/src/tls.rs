@@ -53,11 +53,13 @@ pub fn load_pair(cert: &Path, key: &Path) -> Result<CertifiedKey, String> {
         Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {
             Ok(pair)
         }
-        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => Err(format!(
-            "key {}: does not match the certificate in {}",
-            key.display(),
-            cert.display()
-        )),
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+            Err(format!(
+                "key {}: does not match the certificate in {}",
+                key.display(),
+                cert.display()
+            ))
+        }
         Err(e) => Err(format!("cert {}: {e}", cert.display())),
     }
 }

@@ -22,7 +22,9 @@ impl Target {
     /// refused (say what you want with options, not in the URL).
     pub fn parse(url: &str) -> Result<Target, ClientError> {
         let bad = |why: &str| {
-            ClientError::BadUrl(format!("{url:?}: {why} (expected ws://HOST:PORT/STREAM or wss://…)"))
+            ClientError::BadUrl(format!(
+                "{url:?}: {why} (expected ws://HOST:PORT/STREAM or wss://…)"
+            ))
         };
         let (rest, tls) = if let Some(r) = strip_prefix_ci(url, "ws://") {
             (r, false)
@@ -132,7 +134,11 @@ impl Target {
     /// `ws://HOST:PORT/STREAM` (or `wss://`) back again.
     pub fn url(&self) -> String {
         let scheme = if self.tls { "wss" } else { "ws" };
-        format!("{scheme}://{}{}", self.host_header(), self.path_and_query(&[]))
+        format!(
+            "{scheme}://{}{}",
+            self.host_header(),
+            self.path_and_query(&[])
+        )
     }
 }
 
@@ -195,7 +201,10 @@ mod tests {
         );
         assert_eq!(Target::parse("ws://h/s").unwrap().port, 80);
         let t = Target::parse("wss://h/s").unwrap();
-        assert_eq!((t.port, t.tls, t.url().as_str()), (443, true, "wss://h:443/s"));
+        assert_eq!(
+            (t.port, t.tls, t.url().as_str()),
+            (443, true, "wss://h:443/s")
+        );
         assert!(!Target::parse("ws://h/s").unwrap().tls);
         for bad in [
             "http://h:1/s",

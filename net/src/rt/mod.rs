@@ -170,6 +170,11 @@ impl Listener {
         })
     }
 
+    /// The bound address (the port the kernel picked for port 0).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
     /// Waits for the next connection; sets `TCP_NODELAY` on it.
     pub async fn accept(&self) -> io::Result<(Conn, SocketAddr)> {
         let (stream, peer) = self.inner.accept().await?;
@@ -362,8 +367,7 @@ impl ReadHalf {
             buf.reserve(room);
             let len = buf.len();
             let canceller = Canceller::new();
-            let read = inner
-                .cancelable_read(buf.slice_mut(len..len + room), canceller.handle());
+            let read = inner.cancelable_read(buf.slice_mut(len..len + room), canceller.handle());
             let mut read = std::pin::pin!(read);
             // `fut` first: when both are ready, the read's bytes are collected below anyway
             let first = std::future::poll_fn(|cx| {

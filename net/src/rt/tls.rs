@@ -406,7 +406,10 @@ impl TlsWrite {
     }
 
     /// [`super::WriteHalf::write_frames`] over TLS.
-    pub(super) async fn write_frames(&mut self, mut frames: FrameVec) -> (io::Result<()>, FrameVec) {
+    pub(super) async fn write_frames(
+        &mut self,
+        mut frames: FrameVec,
+    ) -> (io::Result<()>, FrameVec) {
         let mut w = match self.take_token() {
             Ok(w) => w,
             Err(e) => return (Err(e), frames),
@@ -439,5 +442,192 @@ impl TlsWrite {
         }
         self.shared.sock_w.set(Some(w));
         res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use crate::rt::{self, Conn, FrameVec, Listener, Watched};
+
+    /// A self-signed certificate for `localhost`: the server's config and a client's roots.
+    fn pki() -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let der = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+        let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], der)
+            .unwrap();
+        server.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.der().clone()).unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        (Arc::new(server), Arc::new(client))
+    }
+
+    /// Reads plaintext until `want` bytes arrived.
+    async fn read_exactly(rd: &mut rt::ReadHalf, want: usize) -> Vec<u8> {
+        let mut buf = Vec::new();
+        while buf.len() < want {
+            let (res, b) = rd.read_into(buf, 4096).await;
+            buf = b;
+            assert!(res.expect("read") > 0, "eof after {} bytes", buf.len());
+        }
+        buf
+    }
+
+    /// Our server side against rustls's blocking client: the handshake inside the first read
+    /// (its last flight and the TLS 1.3 tickets written by the read side), a fan-out write of
+    /// many shared parts (several write chunks), a key update the client asks for (rustls
+    /// answers it before the next record it sends, RFC 8446 §4.6.3: here the pong), a watch
+    /// that sees the peer go.
+    #[test]
+    fn server_side_reads_writes_answers_a_key_update_and_watches() {
+        let (server_cfg, client_cfg) = pki();
+        let mut rt = rt::build_runtime(256).unwrap();
+        rt.block_on(async move {
+            let listener = Listener::bind_shared("127.0.0.1:0".parse().unwrap()).unwrap();
+            let addr = listener.local_addr().unwrap();
+            let parts: Vec<Bytes> = (0..300u32)
+                .map(|i| Bytes::from(vec![(i % 251) as u8; 1000 + i as usize]))
+                .collect();
+            let expected: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+            let total = expected.len();
+            assert!(total > 4 * super::WRITE_CHUNK_BYTES);
+            let client = std::thread::spawn(move || {
+                let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+                let conn = rustls::ClientConnection::new(client_cfg, name).unwrap();
+                let sock = std::net::TcpStream::connect(addr).unwrap();
+                sock.set_read_timeout(Some(Duration::from_secs(10)))
+                    .unwrap();
+                let mut tls = rustls::StreamOwned::new(conn, sock);
+                tls.write_all(b"ping\n").unwrap();
+                let mut got = vec![0u8; total];
+                tls.read_exact(&mut got).unwrap();
+                assert!(got == expected, "the frames arrive intact");
+                // asks the server to update its keys too: its answer comes while it reads
+                tls.conn.refresh_traffic_keys().unwrap();
+                tls.write_all(b"again\n").unwrap();
+                let mut pong = [0u8; 5];
+                tls.read_exact(&mut pong).unwrap();
+                assert_eq!(&pong, b"pong\n");
+                tls.conn.send_close_notify();
+                tls.flush().unwrap();
+            });
+            let (conn, _) = listener.accept().await.unwrap();
+            let conn = conn.tls_accept(&server_cfg).unwrap();
+            assert!(conn.is_tls());
+            let (mut rd, mut wr) = conn.split();
+            assert_eq!(read_exactly(&mut rd, 5).await, b"ping\n");
+            let mut frames = FrameVec::new();
+            for p in &parts {
+                frames.push(p.clone());
+            }
+            let (res, frames) = wr.write_frames(frames).await;
+            res.unwrap();
+            assert!(frames.is_empty());
+            assert_eq!(read_exactly(&mut rd, 6).await, b"again\n");
+            let (res, _) = wr.write_all(b"pong\n".to_vec()).await;
+            res.unwrap();
+            let mut held = Vec::new();
+            let w = rd
+                .watch_while(&mut held, 1024, rt::sleep(Duration::from_secs(10)))
+                .await;
+            assert_eq!(w, Watched::Closed);
+            client.join().unwrap();
+        });
+    }
+
+    /// Our client side against our server side, and plaintext HTTP on the TLS port.
+    #[test]
+    fn client_and_server_sides_and_a_plaintext_peer() {
+        let (server_cfg, client_cfg) = pki();
+        let mut rt = rt::build_runtime(256).unwrap();
+        rt.block_on(async move {
+            let listener = Listener::bind_shared("127.0.0.1:0".parse().unwrap()).unwrap();
+            let addr = listener.local_addr().unwrap();
+            let server = async {
+                for _ in 0..2 {
+                    let (conn, _) = listener.accept().await.unwrap();
+                    let (mut rd, mut wr) = conn.tls_accept(&server_cfg).unwrap().split();
+                    let (res, buf) = rd.read_into(Vec::new(), 64).await;
+                    match res {
+                        Ok(n) => {
+                            let (res, _) = wr.write_all(buf[..n].to_vec()).await;
+                            res.unwrap();
+                            wr.shutdown().await.unwrap();
+                        }
+                        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::InvalidData),
+                    }
+                }
+            };
+            let client = async {
+                let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+                let conn = Conn::connect_tls(addr, client_cfg, name).await.unwrap();
+                let (mut rd, mut wr) = conn.split();
+                let (res, _) = wr.write_all(b"hello".to_vec()).await;
+                res.unwrap();
+                assert_eq!(read_exactly(&mut rd, 5).await, b"hello");
+                // the server's close_notify: a clean end
+                let (res, _) = rd.read_into(Vec::new(), 64).await;
+                assert_eq!(res.unwrap(), 0);
+                // plaintext HTTP on the TLS port
+                let plain = Conn::connect(addr).await.unwrap();
+                let (mut rd, mut wr) = plain.split();
+                let (res, _) = wr.write_all(b"GET / HTTP/1.1\r\n\r\n".to_vec()).await;
+                res.unwrap();
+                let mut got = Vec::new();
+                loop {
+                    let (res, b) = rd.read_into(got, 512).await;
+                    got = b;
+                    if res.unwrap_or(0) == 0 {
+                        break;
+                    }
+                }
+                assert!(got.starts_with(b"HTTP/1.1 400"));
+                assert!(got.ends_with(
+                    super::PLAINTEXT_REFUSAL
+                        .split(|b| *b == b'\n')
+                        .last()
+                        .unwrap()
+                ));
+            };
+            futures_join(server, client).await;
+        });
+    }
+
+    /// Runs two futures on this thread to completion.
+    async fn futures_join<A: std::future::Future, B: std::future::Future>(a: A, b: B) {
+        let mut a = std::pin::pin!(a);
+        let mut b = std::pin::pin!(b);
+        let (mut a_done, mut b_done) = (false, false);
+        std::future::poll_fn(|cx| {
+            if !a_done {
+                a_done = a.as_mut().poll(cx).is_ready();
+            }
+            if !b_done {
+                b_done = b.as_mut().poll(cx).is_ready();
+            }
+            if a_done && b_done {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await
     }
 }
