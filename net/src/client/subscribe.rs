@@ -99,7 +99,7 @@ pub(super) async fn open(
         query.push(("where", Some(w)));
     }
     let addr = target.resolve()?;
-    let mut ws = WsConn::open(addr, &target, &target.path_and_query(&query)).await?;
+    let mut ws = WsConn::open(addr, target, &target.path_and_query(&query)).await?;
     let greeting = ws.greeting().await?;
     Ok((ws, greeting))
 }

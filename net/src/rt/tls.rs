@@ -599,12 +599,7 @@ mod tests {
                     }
                 }
                 assert!(got.starts_with(b"HTTP/1.1 400"));
-                assert!(got.ends_with(
-                    super::PLAINTEXT_REFUSAL
-                        .split(|b| *b == b'\n')
-                        .last()
-                        .unwrap()
-                ));
+                assert_eq!(got, super::PLAINTEXT_REFUSAL);
             };
             futures_join(server, client).await;
         });
