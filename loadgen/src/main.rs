@@ -39,7 +39,7 @@ use crate::wsclient::{close_frame, Keys};
     after_help = "Examples:\n  loadgen --url ws://127.0.0.1:8765/trades --publishers 1 --window 64 --batch 100 --duration 5 --json\n  loadgen --url ws://127.0.0.1:8765/trades --subscribers 1000 --rate 10000 --duration 5 --server-pid PID\n  loadgen --url ws://127.0.0.1:8765/trades --publishers 0 --subscribers 1 --offset earliest --json"
 )]
 pub struct Args {
-    /// ws://127.0.0.1:PORT/STREAM (loopback only).
+    /// ws://127.0.0.1:PORT/STREAM or wss://localhost:PORT/STREAM (loopback only).
     #[arg(long)]
     pub url: String,
     /// Publisher connections.
@@ -90,6 +90,9 @@ pub struct Args {
     /// Seconds allowed, after publishing stops, for acks and deliveries to arrive.
     #[arg(long, default_value_t = 10.0)]
     pub drain: f64,
+    /// For a wss:// URL: trust the CA certificates in this PEM file instead of the system roots.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<std::path::PathBuf>,
     /// Upper bound on the whole run in seconds (connects, publishing, drain).
     #[arg(long, default_value_t = 600.0)]
     pub max_seconds: f64,
@@ -99,12 +102,20 @@ struct Target {
     addr: SocketAddr,
     host: String,
     path: String,
+    /// wss://: the TLS dialer.
+    tls: Option<corecast_net::client::tls::TlsDial>,
 }
 
 fn parse_url(url: &str) -> Result<Target, String> {
-    let rest = url
-        .strip_prefix("ws://")
-        .ok_or_else(|| format!("{url:?}: only ws:// URLs (loopback) are supported"))?;
+    let (rest, tls) = match (url.strip_prefix("ws://"), url.strip_prefix("wss://")) {
+        (Some(r), _) => (r, false),
+        (None, Some(r)) => (r, true),
+        _ => {
+            return Err(format!(
+                "{url:?}: only ws:// and wss:// URLs (loopback) are supported"
+            ))
+        }
+    };
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -133,10 +144,16 @@ fn parse_url(url: &str) -> Result<Target, String> {
             "{ip} is not a loopback address: loadgen refuses to load other hosts"
         ));
     }
+    let tls = if tls {
+        Some(corecast_net::client::tls::TlsDial::new(host).map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
     Ok(Target {
         addr: SocketAddr::new(ip, port),
         host: authority.to_string(),
         path: path.to_string(),
+        tls,
     })
 }
 
@@ -235,7 +252,16 @@ async fn thread_body(
         rt::spawn(async move {
             let mut keys = Keys::new(seed.wrapping_add(1000 + i as u64));
             let path = format!("{}?publish", target.path);
-            match wsclient::open(target.addr, &target.host, &path, &mut keys, connect_limit).await {
+            match wsclient::open(
+                target.addr,
+                target.tls.as_ref(),
+                &target.host,
+                &path,
+                &mut keys,
+                connect_limit,
+            )
+            .await
+            {
                 Ok(o) => {
                     shared.opened.fetch_add(1, AcqRel);
                     if shared::wait_until(&shared, Duration::from_millis(1), || {
@@ -274,7 +300,16 @@ async fn thread_body(
         rt::spawn(async move {
             let mut keys = Keys::new(seed.wrapping_add(i as u64));
             let connect_at = Instant::now();
-            match wsclient::open(target.addr, &target.host, &path, &mut keys, connect_limit).await {
+            match wsclient::open(
+                target.addr,
+                target.tls.as_ref(),
+                &target.host,
+                &path,
+                &mut keys,
+                connect_limit,
+            )
+            .await
+            {
                 Ok(o) => {
                     let greeting_us = connect_at.elapsed().as_micros() as u64;
                     let g = &o.greeting;
@@ -429,6 +464,9 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<ExitCode, String> {
+    if let Some(ca) = &args.ca {
+        corecast_net::client::tls::use_ca_file(ca)?;
+    }
     let target = parse_url(&args.url)?;
     if args.threads == 0 || args.window == 0 || args.batch == 0 {
         return Err("--threads, --window and --batch must be at least 1".into());

@@ -88,11 +88,8 @@ impl WsConn {
             msg: e.to_string(),
         };
         let conn = if target.tls {
-            let name = rustls::pki_types::ServerName::try_from(target.bare_host().to_string())
-                .map_err(|e| ClientError::BadUrl(format!("{}: {e}", target.host)))?;
-            Conn::connect_tls(addr, super::tls::config()?, name)
-                .await
-                .map_err(fail)?
+            let dial = super::tls::TlsDial::new(target.bare_host())?;
+            dial.connect(addr).await.map_err(fail)?
         } else {
             Conn::connect(addr).await.map_err(fail)?
         };

@@ -71,3 +71,29 @@ pub(crate) fn config() -> Result<Arc<rustls::ClientConfig>, ClientError> {
     *slot = Some(cfg.clone());
     Ok(cfg)
 }
+
+/// What dials a `wss://` server: the client configuration and the name its certificate must
+/// carry (sent as SNI).
+#[derive(Clone)]
+pub struct TlsDial {
+    config: Arc<rustls::ClientConfig>,
+    name: rustls::pki_types::ServerName<'static>,
+}
+
+impl TlsDial {
+    /// For `host` (a DNS name or an IP address, without brackets), with the roots chosen so
+    /// far ([`use_ca_file`], else the system's).
+    pub fn new(host: &str) -> Result<TlsDial, ClientError> {
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+            .map_err(|e| ClientError::BadUrl(format!("{host}: {e}")))?;
+        Ok(TlsDial {
+            config: config()?,
+            name,
+        })
+    }
+
+    /// Dials `addr` and completes the handshake.
+    pub async fn connect(&self, addr: std::net::SocketAddr) -> std::io::Result<crate::rt::Conn> {
+        crate::rt::Conn::connect_tls(addr, self.config.clone(), self.name.clone()).await
+    }
+}
