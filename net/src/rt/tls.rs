@@ -54,14 +54,50 @@ Content-Length: 81\r\nConnection: close\r\n\r\n\
 /// The state both halves of one TLS connection share.
 struct Shared {
     tls: RefCell<rustls::Connection>,
-    /// The socket's write side while nobody writes with it (the write token).
+    /// The socket's write side while nobody writes with it (the write token, see [`Token`]).
     sock_w: Cell<Option<OwnedWriteHalf<TcpStream>>>,
+    /// The write half, waiting for the token the read half holds.
+    waiter: Cell<Option<std::task::Waker>>,
     /// Ciphertext taken out of `tls` and not yet written, in order.
     pending: RefCell<Vec<u8>>,
     /// Server side, no byte seen yet: the first one tells TLS from plaintext HTTP.
     first_read: Cell<bool>,
     /// The connection failed (a TLS error, a lost write side): every later call fails.
     broken: Cell<bool>,
+}
+
+/// The write token while held. [`Token::release`] gives it back (and wakes the write half if it
+/// waits for it); dropped unreleased — its holder's future was cancelled in the middle of a write,
+/// which may have left half a record on the wire — it marks the connection broken.
+struct Token<'a> {
+    shared: &'a Shared,
+    w: Option<OwnedWriteHalf<TcpStream>>,
+}
+
+impl Token<'_> {
+    fn w(&mut self) -> &mut OwnedWriteHalf<TcpStream> {
+        self.w
+            .as_mut()
+            .expect("a token holds the write side until released")
+    }
+
+    fn release(mut self) {
+        self.shared.sock_w.set(self.w.take());
+        if let Some(waker) = self.shared.waiter.take() {
+            waker.wake();
+        }
+    }
+}
+
+impl Drop for Token<'_> {
+    fn drop(&mut self) {
+        if self.w.is_some() {
+            self.shared.broken.set(true);
+            if let Some(waker) = self.shared.waiter.take() {
+                waker.wake();
+            }
+        }
+    }
 }
 
 fn broken() -> io::Error {
@@ -107,13 +143,38 @@ impl Shared {
         }
     }
 
+    /// The token if it is free.
+    fn try_token(&self) -> Option<Token<'_>> {
+        self.sock_w.take().map(|w| Token {
+            shared: self,
+            w: Some(w),
+        })
+    }
+
+    /// The token, once the read half gives it back; an error when the connection broke.
+    async fn token(&self) -> io::Result<Token<'_>> {
+        std::future::poll_fn(|cx| {
+            if self.broken.get() {
+                return std::task::Poll::Ready(Err(broken()));
+            }
+            match self.try_token() {
+                Some(t) => std::task::Poll::Ready(Ok(t)),
+                None => {
+                    self.waiter.set(Some(cx.waker().clone()));
+                    std::task::Poll::Pending
+                }
+            }
+        })
+        .await
+    }
+
     /// Writes what is pending if the write side is free; otherwise its holder will.
     async fn flush(&self) -> io::Result<()> {
-        let Some(mut w) = self.sock_w.take() else {
+        let Some(mut t) = self.try_token() else {
             return Ok(());
         };
-        let res = self.write_pending(&mut w).await;
-        self.sock_w.set(Some(w));
+        let res = self.write_pending(t.w()).await;
+        t.release();
         res
     }
 
@@ -164,10 +225,10 @@ impl Shared {
         }
         self.broken.set(true);
         if raw.first().is_some_and(u8::is_ascii_alphabetic) {
-            if let Some(mut w) = self.sock_w.take() {
-                let _ = w.write_all(PLAINTEXT_REFUSAL).await;
-                let _ = w.shutdown().await;
-                self.sock_w.set(Some(w));
+            if let Some(mut t) = self.try_token() {
+                let _ = t.w().write_all(PLAINTEXT_REFUSAL).await;
+                let _ = t.w().shutdown().await;
+                t.release();
             }
         }
         Err(io::Error::new(
@@ -196,6 +257,7 @@ pub(super) fn split(stream: TcpStream, tls: rustls::Connection) -> (TlsRead, Tls
     let shared = Rc::new(Shared {
         tls: RefCell::new(tls),
         sock_w: Cell::new(Some(w)),
+        waiter: Cell::new(None),
         pending: RefCell::new(Vec::new()),
         first_read: Cell::new(server),
         broken: Cell::new(false),
@@ -376,32 +438,18 @@ impl TlsWrite {
         Ok(())
     }
 
-    /// Takes the write token; fails when the connection is broken or a cancelled write took the
-    /// token with it.
-    fn take_token(&self) -> io::Result<OwnedWriteHalf<TcpStream>> {
-        if self.shared.broken.get() {
-            return Err(broken());
-        }
-        self.shared.sock_w.take().ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "tls write side lost (a write was cancelled)",
-            )
-        })
-    }
-
     /// [`super::WriteHalf::write_all`] over TLS.
     pub(super) async fn write_all(&mut self, buf: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
-        let mut w = match self.take_token() {
-            Ok(w) => w,
+        let mut t = match self.shared.token().await {
+            Ok(t) => t,
             Err(e) => return (Err(e), buf),
         };
         let mut since = 0;
-        let mut res = self.encrypt_and_write(&mut w, &buf, &mut since).await;
+        let mut res = self.encrypt_and_write(t.w(), &buf, &mut since).await;
         if res.is_ok() {
-            res = self.shared.write_pending(&mut w).await;
+            res = self.shared.write_pending(t.w()).await;
         }
-        self.shared.sock_w.set(Some(w));
+        t.release();
         (res, buf)
     }
 
@@ -410,22 +458,22 @@ impl TlsWrite {
         &mut self,
         mut frames: FrameVec,
     ) -> (io::Result<()>, FrameVec) {
-        let mut w = match self.take_token() {
-            Ok(w) => w,
+        let mut t = match self.shared.token().await {
+            Ok(t) => t,
             Err(e) => return (Err(e), frames),
         };
         let mut since = 0;
         let mut res = Ok(());
         for part in frames.slices() {
-            res = self.encrypt_and_write(&mut w, part, &mut since).await;
+            res = self.encrypt_and_write(t.w(), part, &mut since).await;
             if res.is_err() {
                 break;
             }
         }
         if res.is_ok() {
-            res = self.shared.write_pending(&mut w).await;
+            res = self.shared.write_pending(t.w()).await;
         }
-        self.shared.sock_w.set(Some(w));
+        t.release();
         if res.is_ok() {
             frames.clear();
         }
@@ -434,13 +482,13 @@ impl TlsWrite {
 
     /// Sends close_notify, then shuts the socket's write side.
     pub(super) async fn shutdown(&mut self) -> io::Result<()> {
+        let mut t = self.shared.token().await?;
         self.shared.tls.borrow_mut().send_close_notify();
-        let mut w = self.take_token()?;
-        let mut res = self.shared.write_pending(&mut w).await;
+        let mut res = self.shared.write_pending(t.w()).await;
         if res.is_ok() {
-            res = w.shutdown().await;
+            res = t.w().shutdown().await;
         }
-        self.shared.sock_w.set(Some(w));
+        t.release();
         res
     }
 }
