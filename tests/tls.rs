@@ -238,6 +238,38 @@ fn https_endpoints_and_the_handshake_on_the_main_port() {
         assert!(pull.contains("\"rows\""), "pull over https: {pull}");
         let metrics = curl("/metrics", &[]);
         assert!(metrics.contains("corecast_"), "/metrics over https");
+        // a long poll over https (the connection watched while it waits): a row published
+        // during the wait answers it
+        let first = curl("/v1/streams/trades/rows?limit=500", &[]);
+        let v: sonic_rs::Value = sonic_rs::from_str(&first).expect("pull JSON");
+        let cursor = sonic_rs::JsonValueTrait::get(&v, "next_cursor")
+            .and_then(sonic_rs::JsonValueTrait::as_str)
+            .expect("next_cursor")
+            .to_string();
+        let t0 = Instant::now();
+        let waiter = std::thread::spawn({
+            let ca_pem = ca_pem.to_string();
+            move || {
+                let o = Command::new("curl")
+                    .args(["-sS", "--max-time", "20", "--cacert", &ca_pem])
+                    .arg(format!(
+                        "https://localhost:{port}/v1/streams/trades/rows?cursor={cursor}&wait=10"
+                    ))
+                    .output()
+                    .expect("curl");
+                String::from_utf8_lossy(&o.stdout).into_owned()
+            }
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        let out = corecast_run(
+            &["pub", &wss(port, "trades"), "--ca", ca_pem, "--quiet"],
+            Some((trade(77, "LONGPOLL") + "\n").as_bytes()),
+            Duration::from_secs(30),
+        );
+        assert_eq!(out.code, Some(0), "{out:?}");
+        let answer = waiter.join().unwrap();
+        assert!(answer.contains("LONGPOLL"), "the long poll's answer: {answer}");
+        assert!(t0.elapsed() < Duration::from_secs(8), "answered by the row, not the wait");
         // SSE: the five rows, then curl gives up at its time limit
         let sse = curl("/trades/events?offset=1", &["-N", "--max-time", "2"]);
         let data = sse.lines().filter(|l| l.starts_with("data:")).count();
