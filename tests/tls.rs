@@ -236,6 +236,22 @@ fn https_endpoints_and_the_handshake_on_the_main_port() {
         assert!(stats.contains("\"trades\""), "/stats over https: {stats}");
         let pull = curl("/v1/streams/trades/rows?limit=2", &[]);
         assert!(pull.contains("\"rows\""), "pull over https: {pull}");
+        // bulk ingest over https
+        let body = setup.tmp.path().join("ingest.jsonl");
+        std::fs::write(&body, (100..110).map(|i| trade(i, "INGEST") + "\n").collect::<String>())
+            .unwrap();
+        let ingested = curl(
+            "/v1/streams/trades/ingest",
+            &[
+                "-H",
+                "Content-Type: application/x-ndjson",
+                "--data-binary",
+                &format!("@{}", body.display()),
+                "-w",
+                " %{http_code}",
+            ],
+        );
+        assert!(ingested.ends_with(" 200"), "ingest over https: {ingested}");
         let metrics = curl("/metrics", &[]);
         assert!(metrics.contains("corecast_"), "/metrics over https");
         // a long poll over https (the connection watched while it waits): a row published
@@ -273,7 +289,7 @@ fn https_endpoints_and_the_handshake_on_the_main_port() {
         // SSE: the five rows, then curl gives up at its time limit
         let sse = curl("/trades/events?offset=1", &["-N", "--max-time", "2"]);
         let data = sse.lines().filter(|l| l.starts_with("data:")).count();
-        assert!(data >= 5, "SSE over https: {sse}");
+        assert!(data >= 5 + 10, "SSE over https: {sse}");
     } else {
         eprintln!("skipped the curl checks: no curl on PATH");
     }

@@ -376,6 +376,12 @@ struct Body {
 
 fn ingest(args: &IngestArgs) -> Result<(), Failure> {
     let target = Target::parse(&args.url).map_err(|e| fail(EXIT_USAGE, e.to_string()))?;
+    if target.tls {
+        return Err(fail(
+            EXIT_USAGE,
+            "wss:// is not supported by ingest yet: use ws:// on a plaintext listener, or POST to https://…/v1/streams/NAME/ingest (curl)",
+        ));
+    }
     if args.batch_rows == 0 {
         return Err(fail(EXIT_USAGE, "--batch-rows must be at least 1"));
     }
