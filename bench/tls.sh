@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ "$BUILD" = 1 ]; then
-  (cd "$ROOT" && cargo build --release -p corecast-engine --bin corecast -p corecast-loadgen)
+  (cd "$ROOT" && cargo build --release -p corecast-engine --bin corecast && cargo build --release -p corecast-loadgen)
 fi
 WORK="$(mktemp -d)"
 PID=""
