@@ -238,8 +238,13 @@ fn https_endpoints_and_the_handshake_on_the_main_port() {
         assert!(pull.contains("\"rows\""), "pull over https: {pull}");
         // bulk ingest over https
         let body = setup.tmp.path().join("ingest.jsonl");
-        std::fs::write(&body, (100..110).map(|i| trade(i, "INGEST") + "\n").collect::<String>())
-            .unwrap();
+        std::fs::write(
+            &body,
+            (100..110)
+                .map(|i| trade(i, "INGEST") + "\n")
+                .collect::<String>(),
+        )
+        .unwrap();
         let ingested = curl(
             "/v1/streams/trades/ingest",
             &[
@@ -284,8 +289,14 @@ fn https_endpoints_and_the_handshake_on_the_main_port() {
         );
         assert_eq!(out.code, Some(0), "{out:?}");
         let answer = waiter.join().unwrap();
-        assert!(answer.contains("LONGPOLL"), "the long poll's answer: {answer}");
-        assert!(t0.elapsed() < Duration::from_secs(8), "answered by the row, not the wait");
+        assert!(
+            answer.contains("LONGPOLL"),
+            "the long poll's answer: {answer}"
+        );
+        assert!(
+            t0.elapsed() < Duration::from_secs(8),
+            "answered by the row, not the wait"
+        );
         // SSE: the five rows, then curl gives up at its time limit
         let sse = curl("/trades/events?offset=1", &["-N", "--max-time", "2"]);
         let data = sse.lines().filter(|l| l.starts_with("data:")).count();
@@ -336,8 +347,8 @@ fn https_endpoints_and_the_handshake_on_the_main_port() {
 }
 
 /// A plaintext client on a TLS port gets a plaintext 400 (or, not speaking HTTP, a closed
-/// connection); a TLS client on a plaintext port fails at once. Neither hangs nor harms the
-/// server.
+/// connection); a TLS client on a plaintext port fails at once; a peer that never starts its
+/// handshake is closed at the head deadline. None hangs or harms the server.
 #[test]
 fn the_wrong_protocol_on_either_port_fails_cleanly() {
     let setup = Setup::new();
@@ -347,6 +358,18 @@ fn the_wrong_protocol_on_either_port_fails_cleanly() {
     let cfg = tls_config(&setup, &format!("listen = \"127.0.0.1:{tls_port}\""));
     let srv = start(&setup, &cfg);
 
+    // a peer that never starts the handshake is cut off by the request head's deadline (10 s)
+    let silent = TcpStream::connect(("127.0.0.1", tls_port)).unwrap();
+    let silent_t0 = Instant::now();
+    let silent = std::thread::spawn(move || {
+        let mut silent = silent;
+        silent
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let mut sink = Vec::new();
+        let _ = silent.read_to_end(&mut sink);
+        silent_t0.elapsed()
+    });
     let read_all = |mut s: TcpStream| {
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut got = Vec::new();
@@ -404,6 +427,11 @@ fn the_wrong_protocol_on_either_port_fails_cleanly() {
         Duration::from_secs(20),
     );
     assert_eq!(ok.code, Some(0), "{ok:?}");
+    let waited = silent.join().unwrap();
+    assert!(
+        waited >= Duration::from_secs(9) && waited < Duration::from_secs(15),
+        "the silent peer was closed after {waited:?}"
+    );
     assert!(!srv.stderr().contains("panicked"), "{}", srv.stderr());
     srv.stop();
 }
