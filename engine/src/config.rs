@@ -84,7 +84,8 @@ pub struct Config {
     pub tls: Option<TlsConfig>,
 }
 
-/// `[tls]`: the certificate and key (PEM, checked at load), and where TLS is served.
+/// `[tls]`: the certificate and key (PEM, read and checked when the server starts), and where
+/// TLS is served.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsConfig {
     /// The certificate chain, leaf first.
@@ -786,9 +787,10 @@ impl Config {
         let tls = match raw.tls {
             None => None,
             Some(t) => {
+                // the files themselves are read (and checked) by `server::start` and at each
+                // SIGHUP, so that a bad new certificate never blocks reloading the rest
                 let cert = base.join(&t.cert);
                 let key = base.join(&t.key);
-                crate::tls::load_pair(&cert, &key).map_err(|why| err("tls", why))?;
                 let tls_listen = match t.listen {
                     None => None,
                     Some(l) => {
