@@ -133,7 +133,7 @@ fn catch_up_from(url: &str, offset: Offset) -> Result<blocking::Subscription, Cl
 
 /// One catch-up from `offset` (`first` the offset it must start at): every offset from `first`
 /// to the stream's end once, in order, each frame the live subscriber's; a prefix from the table
-/// and the socket resumed exactly after it; then `live` rows published after the catch-up read
+/// and the socket resumed exactly after it; then 5 rows published after the catch-up read
 /// the table arrive on the same subscription. `table_end` is where the table ended before.
 fn check_catch_up(
     feed: &mut Feed,
