@@ -80,6 +80,10 @@ pub struct Config {
     pub s3: corecast_storage::published::S3Options,
     /// Bulk ingest limits (`[ingest]`).
     pub ingest: IngestConfig,
+    /// Principals, credentials and grants (`[auth]`); `None`: the broker is open.
+    pub auth: Option<crate::auth::AuthConfig>,
+    /// The browser origins allowed (`allowed_origins`); every origin when absent.
+    pub allowed_origins: crate::auth::origin::Origins,
 }
 
 /// The limits of bulk ingest (`[ingest]`): together they bound its memory at about
@@ -302,6 +306,8 @@ struct RawConfig {
     published: Option<String>,
     s3: Option<RawS3>,
     ingest: Option<RawIngest>,
+    auth: Option<crate::auth::config::RawAuth>,
+    allowed_origins: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -443,6 +449,8 @@ impl Config {
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             s3: Default::default(),
             ingest: IngestConfig::default(),
+            auth: None,
+            allowed_origins: crate::auth::origin::Origins::any(),
         }
     }
 
@@ -759,6 +767,17 @@ impl Config {
                 ingest.max_concurrent = n as usize;
             }
         }
+        let auth = match raw.auth {
+            None => None,
+            Some(a) => Some(
+                crate::auth::AuthConfig::resolve(a, base).map_err(|(key, why)| err(&key, why))?,
+            ),
+        };
+        let allowed_origins = match &raw.allowed_origins {
+            None => crate::auth::origin::Origins::any(),
+            Some(list) => crate::auth::origin::Origins::from_list(list)
+                .map_err(|why| err("allowed_origins", why))?,
+        };
         Ok(Config {
             listen,
             data_dir,
@@ -769,6 +788,8 @@ impl Config {
             write_timeout,
             s3,
             ingest,
+            auth,
+            allowed_origins,
         })
     }
 }

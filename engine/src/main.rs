@@ -52,6 +52,10 @@ enum Cmd {
     Tail(cli::tail::TailArgs),
     /// Ingest a Parquet, Arrow IPC or JSON lines file in large batches (resumable).
     Ingest(cli::ingest::IngestArgs),
+    /// Print the argon2id hash of a password read from stdin, for [auth.principals.NAME].
+    HashPassword(cli::secret::HashPasswordArgs),
+    /// Print the SHA-256 of a bearer token read from stdin (or make a new one with --new).
+    HashToken(cli::secret::HashTokenArgs),
 }
 
 fn main() -> ExitCode {
@@ -77,6 +81,8 @@ fn main() -> ExitCode {
         Cmd::Sub(args) => cli::sub::run(args),
         Cmd::Tail(args) => cli::tail::run(args),
         Cmd::Ingest(args) => cli::ingest::run(args),
+        Cmd::HashPassword(args) => cli::secret::hash_password(args),
+        Cmd::HashToken(args) => cli::secret::hash_token(args),
     }
 }
 
@@ -117,6 +123,7 @@ fn serve(
     let signals = match signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
     ]) {
         Ok(s) => s,
         Err(e) => {
@@ -147,8 +154,20 @@ fn serve(
         running.driver.name()
     );
     let mut signals = signals;
-    if let Some(sig) = signals.forever().next() {
+    for sig in signals.forever() {
+        if sig == signal_hook::consts::SIGHUP {
+            // only what can change under a running broker: [auth] and allowed_origins
+            match &config {
+                None => tracing::info!("SIGHUP: no config file to reload (embedded default)"),
+                Some(p) => match Config::load(p) {
+                    Ok(new) => running.reload_auth(&new),
+                    Err(e) => tracing::error!("SIGHUP: not reloaded, the config is bad: {e}"),
+                },
+            }
+            continue;
+        }
         tracing::info!(signal = sig, "shutting down");
+        break;
     }
     running.shutdown();
     tracing::info!("stopped");

@@ -7,6 +7,7 @@
 pub mod ingest;
 pub mod input;
 pub mod publish;
+pub mod secret;
 pub mod sub;
 pub mod tail;
 

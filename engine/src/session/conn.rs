@@ -25,6 +25,7 @@ use super::route::{bad_request, route, Intent, Refusal};
 use super::subscriber::Start;
 use super::ws_io::{WsReader, READ_ROOM, SUBSCRIBER_READ_ROOM};
 use super::{echo, metrics, publisher, pull, sse, stats, subscriber};
+use crate::auth::{Action, Identity};
 use crate::fanout::signal::Signal;
 use crate::filter::{ColumnLookup, Filter};
 use crate::registry::Stream;
@@ -81,6 +82,20 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
     // stay with a session that may last days
     let mut leftover = buf[used..].to_vec();
     drop(buf);
+    // who is asking, and may they: before the upgrade, any body, or the stream's lookup
+    let who = match crate::auth::gate(&ctx.shared.auth, &req, peer).await {
+        Ok(who) => who,
+        Err(resp) => {
+            let resp = if req.method == "HEAD" {
+                head_only(resp)
+            } else {
+                resp
+            };
+            let _ = wr.write_all(resp).await;
+            let _ = wr.shutdown().await;
+            return;
+        }
+    };
     let name = req.path.strip_prefix('/').unwrap_or(&req.path).to_string();
     if !is_upgrade_request(&req) {
         if let Some(stream) = crate::ingest::endpoint::wants(&req.path) {
@@ -92,6 +107,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
         }
         let client = pull::Client {
             peer,
+            who: &who,
             rd: &mut rd,
             held: &mut leftover,
         };
@@ -99,7 +115,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             Some(pull::Answer::Respond(r)) => r,
             // the client closed its connection while a long poll waited: nothing to answer
             Some(pull::Answer::ClientGone) => return,
-            None => plain_http(ctx, &req, &name),
+            None => plain_http(ctx, &req, &name, &who),
         };
         // HEAD: the GET answer's head alone (RFC 9110 §9.3.2: every server supports HEAD)
         let resp = if req.method == "HEAD" {
@@ -330,10 +346,11 @@ async fn refuse(mut wr: WriteHalf, mut out: Vec<u8>, r: Refusal) {
     let _ = wr.shutdown().await;
 }
 
-fn plain_http(ctx: &ShardCtx, req: &Request, name: &str) -> Vec<u8> {
+fn plain_http(ctx: &ShardCtx, req: &Request, name: &str, who: &Identity) -> Vec<u8> {
+    let shown = |stream: &str| who.allows(Action::StatsRead, stream);
     match (req.method.as_str(), name) {
         ("GET" | "HEAD", "stats") => {
-            let body = stats::render(&ctx.shared);
+            let body = stats::render(&ctx.shared, &shown);
             ResponseHead::new(200)
                 .header("content-type", "application/json")
                 .header("cache-control", "no-cache")
@@ -342,7 +359,7 @@ fn plain_http(ctx: &ShardCtx, req: &Request, name: &str) -> Vec<u8> {
         ("GET" | "HEAD", "metrics") => ResponseHead::new(200)
             .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
             .header("cache-control", "no-cache")
-            .finish(metrics::render(&ctx.shared).as_bytes()),
+            .finish(metrics::render(&ctx.shared, &shown).as_bytes()),
         _ if ctx.shared.registry.get(name).is_some() => json_error(
             404,
             "not_found",

@@ -66,6 +66,8 @@ pub struct Shared {
     pub connections: AtomicI64,
     /// Set once shutdown starts.
     pub shutting_down: AtomicBool,
+    /// Who may do what (`[auth]`, `allowed_origins`); reloaded on SIGHUP.
+    pub auth: crate::auth::Auth,
     driver: AtomicU8,
 }
 
@@ -87,6 +89,7 @@ impl Shared {
             publishers_open: AtomicI64::new(0),
             connections: AtomicI64::new(0),
             shutting_down: AtomicBool::new(false),
+            auth: crate::auth::Auth::open(),
             driver: AtomicU8::new(0),
         }
     }
