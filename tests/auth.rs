@@ -702,3 +702,179 @@ fn the_official_client_signs_in_with_userinfo() {
     assert_eq!(report["wrong_password_status"], 401, "{report}");
     assert_eq!(report["publish_denied_status"], 403, "{report}");
 }
+
+const ERIN_TOKEN: &str = "erin-token-55aa";
+
+fn erin_and_admin(admin_hash: &str) -> String {
+    format!(
+        r#"
+[auth.principals.erin]
+tokens = ["{}"]
+grants = {{ "data.read" = ["trades"], "data.publish" = ["trades"] }}
+max_connections = 3
+max_subscriptions = 2
+max_publishers = 1
+
+[auth.principals.admin]
+password = "{admin_hash}"
+grants = {{ "control.mutate" = ["*"] }}
+"#,
+        hash_token(ERIN_TOKEN)
+    )
+}
+
+#[test]
+fn a_principal_over_its_caps_gets_429_before_the_upgrade() {
+    let w = world(&erin_and_admin(&hash_password("admin-pw")));
+    let addr = w.server.addr;
+    let erin = format!("Bearer {ERIN_TOKEN}");
+    let h = [("authorization", erin.as_str())];
+    let mut s1 = ws_with(&w.server, "/trades", &h).unwrap();
+    greeting(&mut s1);
+    let mut s2 = ws_with(&w.server, "/trades", &h).unwrap();
+    greeting(&mut s2);
+    let (status, text, _) = raw_upgrade(addr, "/trades", &[("Authorization", &erin)]);
+    assert_eq!(status, 429, "{text}");
+    assert!(text.contains("max_subscriptions of 2"), "{text}");
+    assert!(text.contains("retry-after: 5"), "{text}");
+    let mut p1 = ws_with(&w.server, "/trades?publish", &h).unwrap();
+    greeting(&mut p1);
+    // three connections open: a fourth of any kind is over max_connections
+    let r = http_get_from(addr, None, "/v1/streams/trades", &h);
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert!(r.text().contains("max_connections of 3"), "{}", r.text());
+    // one closes: room again (once the server has seen the close)
+    s1.close(None).ok();
+    let _ = s1.read();
+    drop(s1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match ws_with(&w.server, "/trades", &h) {
+            Ok(mut s) => {
+                greeting(&mut s);
+                break;
+            }
+            Err(429) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Err(code) => panic!("no room after a close: {code}"),
+        }
+    }
+    // caps are per principal: alice is not affected
+    let mut a = ws_with(
+        &w.server,
+        "/trades",
+        &[("authorization", &basic("alice", ALICE_PW))],
+    )
+    .unwrap();
+    greeting(&mut a);
+}
+
+fn revoke_cli(addr: SocketAddr, who: &str, env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(corecast_bin())
+        .args(["revoke", &format!("http://{addr}"), who])
+        .env_remove("CORECAST_TOKEN")
+        .env_remove("CORECAST_USER")
+        .env_remove("CORECAST_PASSWORD")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn revoking_a_principal_closes_its_sockets_and_refuses_it_until_reload() {
+    let w = world(&erin_and_admin(&hash_password("admin-pw")));
+    let addr = w.server.addr;
+    let erin = format!("Bearer {ERIN_TOKEN}");
+    let h = [("authorization", erin.as_str())];
+    let mut sub = ws_with(&w.server, "/trades", &h).unwrap();
+    greeting(&mut sub);
+    let mut publ = ws_with(&w.server, "/trades?publish", &h).unwrap();
+    greeting(&mut publ);
+    let mut sse = SseStream::open(addr, None, "/trades/events", &h);
+    assert_eq!(sse.status, 200);
+    let mut alice = ws_with(
+        &w.server,
+        "/trades",
+        &[("authorization", &basic("alice", ALICE_PW))],
+    )
+    .unwrap();
+    greeting(&mut alice);
+    // alice may not revoke (no control.mutate), nor may anyone without credentials
+    let (code, _, err) = revoke_cli(
+        addr,
+        "erin",
+        &[("CORECAST_USER", "alice"), ("CORECAST_PASSWORD", ALICE_PW)],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("HTTP 403"), "{err}");
+    let (code, _, err) = revoke_cli(addr, "erin", &[]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("HTTP 401"), "{err}");
+    let t = Instant::now();
+    let (code, out, err) = revoke_cli(
+        addr,
+        "erin",
+        &[
+            ("CORECAST_USER", "admin"),
+            ("CORECAST_PASSWORD", "admin-pw"),
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("revoked erin: 3 open connection(s)"), "{out}");
+    assert_eq!(
+        recv_close(&mut sub),
+        (1008, r#"{"error":"revoked"}"#.to_string())
+    );
+    assert_eq!(
+        recv_close(&mut publ),
+        (1008, r#"{"error":"revoked"}"#.to_string())
+    );
+    let end = loop {
+        match sse.next_event(Duration::from_secs(10)) {
+            Some((_, ev, data)) if ev == "end" => break data,
+            Some(_) => continue,
+            None => panic!("no end event"),
+        }
+    };
+    assert_eq!(end, r#"{"reason":"revoked"}"#);
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "closed promptly: {:?}",
+        t.elapsed()
+    );
+    // refused from now on, with a 403 that says why; alice keeps reading
+    let (status, text, _) = raw_upgrade(addr, "/trades", &[("Authorization", &erin)]);
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("was revoked"), "{text}");
+    let mut p = ws_with(
+        &w.server,
+        "/trades?publish",
+        &[("authorization", &format!("Bearer {BOB_TOKEN}"))],
+    )
+    .unwrap();
+    greeting(&mut p);
+    publish_on(&mut p, &[trade(42, "REV")]);
+    assert!(recv_text(&mut alice).contains("\"trade_id\":42"));
+    // SIGHUP reloads the config: erin is back
+    let pid = w.server.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match ws_with(&w.server, "/trades", &h) {
+            Ok(mut s) => {
+                greeting(&mut s);
+                break;
+            }
+            Err(403) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            Err(code) => panic!("erin not back after SIGHUP: {code}"),
+        }
+    }
+}

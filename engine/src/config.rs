@@ -84,6 +84,8 @@ pub struct Config {
     pub auth: Option<crate::auth::AuthConfig>,
     /// The browser origins allowed (`allowed_origins`); every origin when absent.
     pub allowed_origins: crate::auth::origin::Origins,
+    /// Open connections allowed per process (`max_connections`); past it, 429.
+    pub max_connections: Option<u64>,
 }
 
 /// The limits of bulk ingest (`[ingest]`): together they bound its memory at about
@@ -308,6 +310,7 @@ struct RawConfig {
     ingest: Option<RawIngest>,
     auth: Option<crate::auth::config::RawAuth>,
     allowed_origins: Option<Vec<String>>,
+    max_connections: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -451,6 +454,7 @@ impl Config {
             ingest: IngestConfig::default(),
             auth: None,
             allowed_origins: crate::auth::origin::Origins::any(),
+            max_connections: None,
         }
     }
 
@@ -778,7 +782,13 @@ impl Config {
             Some(list) => crate::auth::origin::Origins::from_list(list)
                 .map_err(|why| err("allowed_origins", why))?,
         };
+        let max_connections = match raw.max_connections {
+            None => None,
+            Some(n) if n >= 1 => Some(n as u64),
+            Some(n) => return Err(err("max_connections", format!("{n} is not at least 1"))),
+        };
         Ok(Config {
+            max_connections,
             listen,
             data_dir,
             streams,

@@ -56,6 +56,8 @@ enum Cmd {
     HashPassword(cli::secret::HashPasswordArgs),
     /// Print the SHA-256 of a bearer token read from stdin (or make a new one with --new).
     HashToken(cli::secret::HashTokenArgs),
+    /// Close every connection of a principal and refuse it until the config is reloaded.
+    Revoke(cli::revoke::RevokeArgs),
 }
 
 fn main() -> ExitCode {
@@ -83,6 +85,7 @@ fn main() -> ExitCode {
         Cmd::Ingest(args) => cli::ingest::run(args),
         Cmd::HashPassword(args) => cli::secret::hash_password(args),
         Cmd::HashToken(args) => cli::secret::hash_token(args),
+        Cmd::Revoke(args) => cli::revoke::run(args),
     }
 }
 

@@ -404,6 +404,8 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         ),
     }
     shared.auth = crate::auth::Auth::new(cfg.auth.clone(), cfg.allowed_origins.clone());
+    shared.max_connections = cfg.max_connections;
+    shared.shard_inboxes = shard_senders.clone();
     let shared = Arc::new(shared);
     let core_ids = core_affinity::get_core_ids().unwrap_or_default();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();

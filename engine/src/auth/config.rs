@@ -19,6 +19,9 @@
 //! password = "$argon2id$v=19$m=19456,t=2,p=1$…"   # `corecast hash-password`
 //! tokens = ["9f86d081884c7d65…"]                   # SHA-256 (hex) of bearer tokens: `corecast hash-token`
 //! grants = { "data.read" = ["trades", "quotes"], "stats.read" = ["*"] }
+//! max_connections = 100              # caps, all shards together (429 before the upgrade)
+//! max_subscriptions = 50
+//! max_publishers = 4
 //!
 //! [auth.principals.anonymous]        # requests without credentials, when declared
 //! grants = { "data.read" = ["public"] }
@@ -73,6 +76,9 @@ struct RawPrincipal {
     tokens: Vec<String>,
     #[serde(default)]
     grants: BTreeMap<String, Vec<String>>,
+    max_connections: Option<i64>,
+    max_subscriptions: Option<i64>,
+    max_publishers: Option<i64>,
 }
 
 /// The resolved `[auth]` section.
@@ -117,6 +123,9 @@ pub struct PrincipalConfig {
     pub tokens: Vec<[u8; 32]>,
     /// What it may do.
     pub grants: Grants,
+    /// Its caps: connections, subscriptions, publishers open at once (`None`: no cap), in
+    /// [`super::live::Kind`] order.
+    pub caps: [Option<u32>; 3],
 }
 
 /// How JWTs are checked.
@@ -240,11 +249,27 @@ impl AuthConfig {
                 }
             }
             let grants = Grants::from_map(&p.grants).map_err(|r| e(&k("grants"), r))?;
+            let mut caps = [None; 3];
+            for (i, (key, v)) in [
+                ("max_connections", p.max_connections),
+                ("max_subscriptions", p.max_subscriptions),
+                ("max_publishers", p.max_publishers),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                caps[i] = match v {
+                    None => None,
+                    Some(n) if (0..=10_000_000).contains(&n) => Some(n as u32),
+                    Some(n) => return Err(e(&k(key), format!("{n} is outside 0..=10000000"))),
+                };
+            }
             principals.push(PrincipalConfig {
                 name,
                 password,
                 tokens,
                 grants,
+                caps,
             });
         }
         Ok(AuthConfig {

@@ -257,6 +257,8 @@ fn jwt(policy: &Policy, token: &str) -> Result<Identity, Failure> {
             true,
         ));
     }
+    let declared = policy.principals.iter().find(|p| p.name == name);
+    let caps = declared.map_or([None; 3], |p| p.caps);
     let grants = match data.claims.rest.get(&cfg.grants_claim) {
         Some(value) => {
             let map: BTreeMap<String, Vec<String>> = serde_json::from_value(value.clone())
@@ -279,17 +281,13 @@ fn jwt(policy: &Policy, token: &str) -> Result<Identity, Failure> {
             })?
         }
         // no claim: the grants declared for a principal of that name, if any
-        None => policy
-            .principals
-            .iter()
-            .find(|p| p.name == name)
-            .map(|p| p.grants.clone())
-            .unwrap_or_default(),
+        None => declared.map(|p| p.grants.clone()).unwrap_or_default(),
     };
     Ok(Identity::As(Arc::new(Principal {
         name,
         grants,
         method: Method::Jwt,
+        caps,
     })))
 }
 

@@ -15,7 +15,10 @@ use corecast_net::http::request::Request;
 use corecast_net::http::response::{json_error_body, ResponseHead};
 use corecast_net::ws::handshake::is_upgrade_request;
 
+use std::sync::Arc;
+
 use super::credentials::Failure;
+use super::live::{Kind, Live, Ticket};
 use super::{counters, Action, Auth, Identity, Method};
 
 /// What a request needs to be let through.
@@ -165,6 +168,123 @@ pub async fn gate(auth: &Auth, req: &Request, peer: Option<IpAddr>) -> Result<Id
     }
     counters::FORBIDDEN.fetch_add(1, Ordering::Relaxed);
     Err(refusal(403, "forbidden", &message, &[]))
+}
+
+/// What an admitted request holds until it ends: its tickets under the principal's caps (given
+/// back on drop), and the principal's live state for the sessions to watch for revocation.
+#[derive(Debug, Default)]
+pub struct Admission {
+    _tickets: Vec<Ticket>,
+    /// `None` on an open broker.
+    pub live: Option<Arc<Live>>,
+}
+
+/// Whether `req` opens a subscription (a WebSocket reader or an SSE stream).
+fn opens(req: &Request, need: Need<'_>) -> Option<Kind> {
+    match need {
+        Need::On(Action::DataPublish, _) if is_upgrade_request(req) => Some(Kind::Publisher),
+        Need::On(Action::DataRead, _) if is_upgrade_request(req) => Some(Kind::Subscription),
+        Need::On(Action::DataRead, _) if !req.path.starts_with("/v1/") => Some(Kind::Subscription),
+        _ => None,
+    }
+}
+
+/// Admits `req` of `who` under its principal's caps, unless the principal is revoked (403)
+/// or at a cap (429 with `Retry-After`), before anything is upgraded or read.
+pub fn admit(auth: &Auth, who: &Identity, req: &Request) -> Result<Admission, Vec<u8>> {
+    let Identity::As(p) = who else {
+        return Ok(Admission::default());
+    };
+    let board = &auth.board;
+    let live = board.get(&p.name);
+    if live.revoked() {
+        counters::FORBIDDEN.fetch_add(1, Ordering::Relaxed);
+        return Err(refusal(
+            403,
+            "revoked",
+            &format!(
+                "{} was revoked; it is refused until the config is reloaded",
+                principal_label(&p.name)
+            ),
+            &[],
+        ));
+    }
+    let mut tickets = Vec::with_capacity(2);
+    let kinds = [Some(Kind::Connection), opens(req, need(req))];
+    for kind in kinds.into_iter().flatten() {
+        let cap = p.caps[kind as usize];
+        match board.take(&p.name, kind, cap) {
+            Some(t) => tickets.push(t),
+            None => {
+                return Err(refusal(
+                    429,
+                    "too_many",
+                    &format!(
+                        "{} is at its {} of {}; close one or try again later",
+                        principal_label(&p.name),
+                        kind.cap_name(),
+                        cap.unwrap_or(0)
+                    ),
+                    &[("retry-after", "5")],
+                ))
+            }
+        }
+    }
+    Ok(Admission {
+        _tickets: tickets,
+        live: Some(live),
+    })
+}
+
+/// `POST /v1/principals/NAME/revoke` (the gate already checked `control.mutate` on `"*"`):
+/// marks the principal revoked and wakes every session, which closes it; `None` when `req` is
+/// not this endpoint. `wake` wakes every shard's sessions.
+pub fn revoke(auth: &Auth, req: &Request, wake: impl FnOnce()) -> Option<Vec<u8>> {
+    let name = req
+        .path
+        .strip_prefix("/v1/principals/")?
+        .strip_suffix("/revoke")?;
+    if req.method != "POST" {
+        return Some(refusal(
+            405,
+            "method_not_allowed",
+            "revoke with POST /v1/principals/NAME/revoke",
+            &[("allow", "POST")],
+        ));
+    }
+    if name.is_empty() || name.contains('/') {
+        return Some(refusal(
+            400,
+            "bad_request",
+            "no principal name in the path",
+            &[],
+        ));
+    }
+    if auth.policy().is_none() {
+        return Some(refusal(
+            409,
+            "no_auth",
+            "this broker has no [auth] section: there are no principals to revoke",
+            &[],
+        ));
+    }
+    let open = auth.board.revoke(name);
+    wake();
+    tracing::warn!(principal = %short(name), connections = open, "principal revoked");
+    let mut body = Vec::with_capacity(96);
+    body.extend_from_slice(b"{\"principal\":");
+    body.extend_from_slice(
+        sonic_rs::to_string(name)
+            .unwrap_or_else(|_| "\"\"".into())
+            .as_bytes(),
+    );
+    body.extend_from_slice(format!(",\"revoked\":true,\"connections\":{open}}}").as_bytes());
+    Some(
+        ResponseHead::new(200)
+            .header("content-type", "application/json")
+            .header("cache-control", "no-store")
+            .finish(&body),
+    )
 }
 
 fn principal_label(name: &str) -> String {

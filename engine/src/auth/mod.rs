@@ -22,6 +22,7 @@ pub mod credentials;
 pub mod grants;
 pub mod http;
 pub mod limiter;
+pub mod live;
 pub mod origin;
 pub mod verify;
 
@@ -58,6 +59,8 @@ pub struct Principal {
     pub grants: Grants,
     /// How it authenticated.
     pub method: Method,
+    /// Its caps ([`config::PrincipalConfig::caps`]).
+    pub caps: [Option<u32>; 3],
 }
 
 /// Who a request acts as.
@@ -109,6 +112,7 @@ impl Policy {
                     name: p.name.clone(),
                     grants: p.grants.clone(),
                     method: Method::Basic,
+                    caps: p.caps,
                 })
             })
             .collect::<Vec<_>>();
@@ -189,6 +193,8 @@ pub struct Auth {
     verifier: Verifier,
     limiter: RwLock<Arc<FailureLimiter>>,
     origins: RwLock<Arc<origin::Origins>>,
+    /// What each principal holds open (caps, revocation).
+    pub board: live::Board,
 }
 
 impl Auth {
@@ -204,6 +210,7 @@ impl Auth {
             verifier: Verifier::start(),
             limiter: RwLock::new(Arc::new(FailureLimiter::new(max))),
             origins: RwLock::new(Arc::new(origins)),
+            board: live::Board::default(),
         }
     }
 
@@ -234,6 +241,7 @@ impl Auth {
         *self.limiter.write().expect("auth limiter") = Arc::new(FailureLimiter::new(max));
         *self.origins.write().expect("auth origins") = Arc::new(origins);
         self.verifier.forget();
+        self.board.clear_revocations();
     }
 
     fn limiter(&self) -> Arc<FailureLimiter> {

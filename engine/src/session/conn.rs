@@ -83,8 +83,25 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
     let mut leftover = buf[used..].to_vec();
     drop(buf);
     // who is asking, and may they: before the upgrade, any body, or the stream's lookup
-    let who = match crate::auth::gate(&ctx.shared.auth, &req, peer).await {
-        Ok(who) => who,
+    let admitted = match ctx.shared.max_connections {
+        Some(max) if ctx.shared.connections.load(Ordering::Relaxed) as u64 > max => {
+            Err(ResponseHead::new(429)
+                .header("content-type", "application/json")
+                .header("retry-after", "1")
+                .finish(&corecast_net::http::response::json_error_body(
+                    "too_many_connections",
+                    &format!("this server holds its max_connections ({max}); try again later"),
+                    true,
+                )))
+        }
+        _ => crate::auth::gate(&ctx.shared.auth, &req, peer)
+            .await
+            .and_then(|who| {
+                crate::auth::http::admit(&ctx.shared.auth, &who, &req).map(|a| (who, a))
+            }),
+    };
+    let (who, admission) = match admitted {
+        Ok(x) => x,
         Err(resp) => {
             let resp = if req.method == "HEAD" {
                 head_only(resp)
@@ -96,14 +113,22 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             return;
         }
     };
+    let live = admission.live.clone();
     let name = req.path.strip_prefix('/').unwrap_or(&req.path).to_string();
     if !is_upgrade_request(&req) {
+        if let Some(resp) =
+            crate::auth::http::revoke(&ctx.shared.auth, &req, || ctx.shared.wake_all_sessions())
+        {
+            let _ = wr.write_all(resp).await;
+            let _ = wr.shutdown().await;
+            return;
+        }
         if let Some(stream) = crate::ingest::endpoint::wants(&req.path) {
             let stream = stream.to_string();
             return crate::ingest::endpoint::serve(ctx, &req, &stream, rd, wr, leftover).await;
         }
         if let Some(stream) = sse::wants(ctx, &req, &name) {
-            return sse::serve(ctx, &req, stream, peer, rd, wr).await;
+            return sse::serve(ctx, &req, stream, peer, rd, wr, &who, live).await;
         }
         let client = pull::Client {
             peer,
@@ -204,6 +229,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
                 WsReader::new(rd, leftover, max, READ_ROOM),
                 wr,
                 eo,
+                live,
             )
             .await;
         }
@@ -260,7 +286,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             }
             ctx.register(&signal);
             let ws = WsReader::new(rd, leftover, TRANSPORT_MAX_BYTES, SUBSCRIBER_READ_ROOM);
-            subscriber::run(ctx.clone(), st, ws, wr, start, filter, signal).await;
+            subscriber::run(ctx.clone(), st, ws, wr, start, filter, signal, live).await;
         }
     }
 }

@@ -565,7 +565,10 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
         }
         next = w.next;
         if slot.is_none() {
-            match super::sse::acquire(peer, &super::sse::settings()) {
+            match super::sse::acquire(
+                super::sse::ClientKey::of(peer, who),
+                &super::sse::settings(),
+            ) {
                 Some(s) => slot = Some(s),
                 None => {
                     super::metrics::count_refusal(503);
