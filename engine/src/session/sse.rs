@@ -299,6 +299,7 @@ struct State {
 
 /// Serves one SSE stream until the client goes, the stream ages out, falls behind, or the server
 /// shuts down.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(
     ctx: &Rc<ShardCtx>,
     req: &Request,

@@ -60,6 +60,7 @@ pub struct Start {
 
 /// Serves a subscriber until it closes, falls too far behind, or the server shuts down.
 /// The greeting was already written by the caller.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     ctx: Rc<ShardCtx>,
     stream: Arc<Stream>,
