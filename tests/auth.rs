@@ -482,6 +482,62 @@ fn origins_not_on_the_list_are_refused() {
     greeting(&mut ws);
     let mut ws = ws_with(&w.server, "/public", &[]).expect("no Origin: not a browser");
     greeting(&mut ws);
+    // CORS for the pull API and SSE follows the same list
+    let alice = basic("alice", ALICE_PW);
+    let r = http_get_from(
+        addr,
+        None,
+        "/v1/streams/trades",
+        &[("authorization", &alice), ("origin", "https://app.example")],
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
+    let r = http_get_from(
+        addr,
+        None,
+        "/v1/streams/trades",
+        &[
+            ("authorization", &alice),
+            ("origin", "https://evil.example"),
+        ],
+    );
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        None,
+        "the page may not read it"
+    );
+    let sse = SseStream::open(
+        addr,
+        None,
+        "/public/events",
+        &[("origin", "https://app.example")],
+    );
+    assert_eq!(sse.status, 200);
+    assert_eq!(
+        sse.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    drop(sse);
+    // the preflight of a credentialed fetch: no credentials, answered from the list
+    let preflight = |origin: &str| {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "OPTIONS /v1/streams/trades/rows HTTP/1.1\r\nHost: x\r\nOrigin: {origin}\r\nAccess-Control-Request-Method: GET\r\nAccess-Control-Request-Headers: authorization\r\n\r\n").unwrap();
+        let mut t = String::new();
+        s.read_to_string(&mut t).unwrap();
+        t
+    };
+    let ok = preflight("https://app.example");
+    assert!(ok.starts_with("HTTP/1.1 204"), "{ok}");
+    assert!(
+        ok.contains("access-control-allow-headers: authorization"),
+        "{ok}"
+    );
+    assert!(preflight("https://evil.example").starts_with("HTTP/1.1 403"));
 }
 
 #[test]

@@ -83,6 +83,12 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
     let mut leftover = buf[used..].to_vec();
     drop(buf);
     // who is asking, and may they: before the upgrade, any body, or the stream's lookup
+    // a CORS preflight carries no credentials: answered before the gate, from the list alone
+    if let Some(resp) = crate::auth::origin::preflight(&ctx.shared.auth.origins(), &req) {
+        let _ = wr.write_all(resp).await;
+        let _ = wr.shutdown().await;
+        return;
+    }
     let admitted = match ctx.shared.max_connections {
         Some(max) if ctx.shared.connections.load(Ordering::Relaxed) as u64 > max => {
             Err(ResponseHead::new(429)
@@ -142,6 +148,8 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             Some(pull::Answer::ClientGone) => return,
             None => plain_http(ctx, &req, &name, &who),
         };
+        let resp =
+            crate::auth::origin::apply_cors(resp, ctx.shared.auth.origins().cors_value(&req));
         // HEAD: the GET answer's head alone (RFC 9110 §9.3.2: every server supports HEAD)
         let resp = if req.method == "HEAD" {
             head_only(resp)

@@ -311,6 +311,16 @@ pub async fn serve(
     live: Option<Arc<crate::auth::live::Live>>,
 ) {
     let set = settings();
+    // CORS per allowed_origins: every answer below is built with `*`, then the policy applied
+    let cors = ctx
+        .shared
+        .auth
+        .origins()
+        .cors_value(req)
+        .map(str::to_string);
+    let error = |status: u16, code: &str, message: &str, retry: bool| {
+        crate::auth::origin::apply_cors(error(status, code, message, retry), cors.as_deref())
+    };
     let Some(st) = ctx.shared.registry.get(name).cloned() else {
         let body = error(404, "not_found", &format!("no such stream: {name}"), false);
         let _ = wr.write_all(body).await;
@@ -395,13 +405,14 @@ pub async fn serve(
         hub.head()
     };
     let (next, skipped) = start_offset(&st, from, head);
-    let mut out = ResponseHead::new(200)
+    let out = ResponseHead::new(200)
         .header("content-type", "text/event-stream")
         .header("cache-control", "no-cache")
         .header("x-accel-buffering", "no")
         .header("access-control-allow-origin", "*")
         .header("connection", "close")
         .finish_head();
+    let mut out = crate::auth::origin::apply_cors(out, cors.as_deref());
     sse::push_retry(set.retry_ms, &mut out);
     if let Some(skipped) = skipped {
         skipped.push_event(&mut out);
