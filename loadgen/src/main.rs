@@ -93,12 +93,17 @@ pub struct Args {
     /// Upper bound on the whole run in seconds (connects, publishing, drain).
     #[arg(long, default_value_t = 600.0)]
     pub max_seconds: f64,
+    /// An `Authorization` header value sent on every upgrade (e.g. `Bearer TOKEN`); also
+    /// `LOADGEN_AUTHORIZATION`, which keeps it out of `ps`.
+    #[arg(long, env = "LOADGEN_AUTHORIZATION", hide_env_values = true)]
+    pub authorization: Option<String>,
 }
 
 struct Target {
     addr: SocketAddr,
     host: String,
     path: String,
+    authorization: Option<String>,
 }
 
 fn parse_url(url: &str) -> Result<Target, String> {
@@ -137,6 +142,7 @@ fn parse_url(url: &str) -> Result<Target, String> {
         addr: SocketAddr::new(ip, port),
         host: authority.to_string(),
         path: path.to_string(),
+        authorization: None,
     })
 }
 
@@ -235,7 +241,16 @@ async fn thread_body(
         rt::spawn(async move {
             let mut keys = Keys::new(seed.wrapping_add(1000 + i as u64));
             let path = format!("{}?publish", target.path);
-            match wsclient::open(target.addr, &target.host, &path, &mut keys, connect_limit).await {
+            match wsclient::open(
+                target.addr,
+                &target.host,
+                &path,
+                target.authorization.as_deref(),
+                &mut keys,
+                connect_limit,
+            )
+            .await
+            {
                 Ok(o) => {
                     shared.opened.fetch_add(1, AcqRel);
                     if shared::wait_until(&shared, Duration::from_millis(1), || {
@@ -274,7 +289,16 @@ async fn thread_body(
         rt::spawn(async move {
             let mut keys = Keys::new(seed.wrapping_add(i as u64));
             let connect_at = Instant::now();
-            match wsclient::open(target.addr, &target.host, &path, &mut keys, connect_limit).await {
+            match wsclient::open(
+                target.addr,
+                &target.host,
+                &path,
+                target.authorization.as_deref(),
+                &mut keys,
+                connect_limit,
+            )
+            .await
+            {
                 Ok(o) => {
                     let greeting_us = connect_at.elapsed().as_micros() as u64;
                     let g = &o.greeting;
@@ -429,7 +453,8 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<ExitCode, String> {
-    let target = parse_url(&args.url)?;
+    let mut target = parse_url(&args.url)?;
+    target.authorization = args.authorization.clone();
     if args.threads == 0 || args.window == 0 || args.batch == 0 {
         return Err("--threads, --window and --batch must be at least 1".into());
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use corecast_net::rt::{self, Conn, ReadHalf, WriteHalf};
 use corecast_net::ws::frame::{encode_frame, OpCode};
-use corecast_net::ws::handshake::{check_response, client_key, client_request};
+use corecast_net::ws::handshake::{check_response, client_key, client_request_with};
 
 /// A connection that passed the upgrade and read its greeting.
 pub struct Opened {
@@ -137,6 +137,7 @@ pub async fn open(
     addr: SocketAddr,
     host: &str,
     path: &str,
+    authorization: Option<&str>,
     keys: &mut Keys,
     limit: Duration,
 ) -> Result<Opened, String> {
@@ -149,7 +150,13 @@ pub async fn open(
             .await
             .map_err(|e| format!("connect {addr}: {e}"))?;
         let (mut rd, mut wr) = conn.split();
-        let (res, _) = wr.write_all(client_request(host, path, &key)).await;
+        let extra: Vec<(&str, &str)> = authorization
+            .map(|a| ("Authorization", a))
+            .into_iter()
+            .collect();
+        let (res, _) = wr
+            .write_all(client_request_with(host, path, &key, &extra))
+            .await;
         res.map_err(|e| format!("write upgrade: {e}"))?;
         let mut buf = Vec::with_capacity(64 * 1024);
         let head = loop {

@@ -5,10 +5,11 @@
 //! queue is answered "busy" (503 `Retry-After: 1`) instead of waiting. A password that checked
 //! out is remembered (as the SHA-256 of principal, password and hash, in memory only) so a
 //! reconnect storm of one client costs one argon2 run, not thousands; the memory is dropped when
-//! the config is reloaded.
+//! the config is reloaded. Checks of the same credentials that arrive while one is queued or
+//! running wait for its answer instead of queueing their own.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use argon2::password_hash::{PasswordHash, PasswordVerifier};
 use argon2::Argon2;
@@ -21,15 +22,25 @@ pub const VERIFY_QUEUE: usize = 64;
 pub const REMEMBERED: usize = 10_000;
 
 struct Job {
+    key: [u8; 32],
     phc: String,
     password: String,
-    reply: flume::Sender<bool>,
+}
+
+/// What the verifier thread and the shards share.
+#[derive(Default)]
+struct Inner {
+    /// Passwords that checked out, by [`Verifier::key`].
+    remembered: Mutex<HashMap<[u8; 32], ()>>,
+    /// Checks queued or running, with everyone waiting for each: a storm of connections with
+    /// the same credentials costs one argon2 run and one queue place, not one each.
+    checking: Mutex<HashMap<[u8; 32], Vec<flume::Sender<bool>>>>,
 }
 
 /// The verifier thread's queue.
 pub struct Verifier {
     tx: crossbeam_channel::Sender<Job>,
-    remembered: Mutex<HashMap<[u8; 32], ()>>,
+    inner: Arc<Inner>,
 }
 
 /// The outcome of a check.
@@ -47,6 +58,8 @@ impl Verifier {
     /// Starts the verifier thread.
     pub fn start() -> Verifier {
         let (tx, rx) = crossbeam_channel::bounded::<Job>(VERIFY_QUEUE);
+        let inner = Arc::new(Inner::default());
+        let shared = inner.clone();
         std::thread::Builder::new()
             .name("corecast-auth".into())
             .spawn(move || {
@@ -56,14 +69,26 @@ impl Verifier {
                             .verify_password(job.password.as_bytes(), &h)
                             .is_ok()
                     });
-                    let _ = job.reply.send(ok);
+                    if ok {
+                        let mut m = shared.remembered.lock().expect("auth memory");
+                        if m.len() >= REMEMBERED {
+                            m.clear();
+                        }
+                        m.insert(job.key, ());
+                    }
+                    let waiting = shared
+                        .checking
+                        .lock()
+                        .expect("auth checks")
+                        .remove(&job.key)
+                        .unwrap_or_default();
+                    for w in waiting {
+                        let _ = w.send(ok);
+                    }
                 }
             })
             .expect("spawn the corecast-auth thread");
-        Verifier {
-            tx,
-            remembered: Mutex::new(HashMap::new()),
-        }
+        Verifier { tx, inner }
     }
 
     fn key(principal: &str, password: &str, phc: &str) -> [u8; 32] {
@@ -79,6 +104,7 @@ impl Verifier {
     pub async fn check(&self, principal: &str, password: &str, phc: &str) -> Checked {
         let key = Verifier::key(principal, password, phc);
         if self
+            .inner
             .remembered
             .lock()
             .expect("auth memory")
@@ -87,23 +113,26 @@ impl Verifier {
             return Checked::Match;
         }
         let (reply, rx) = flume::bounded(1);
-        let job = Job {
-            phc: phc.to_string(),
-            password: password.to_string(),
-            reply,
-        };
-        if self.tx.try_send(job).is_err() {
-            return Checked::Busy;
+        {
+            let mut checking = self.inner.checking.lock().expect("auth checks");
+            match checking.get_mut(&key) {
+                // the same check is already queued or running: wait for its answer
+                Some(waiting) => waiting.push(reply),
+                None => {
+                    let job = Job {
+                        key,
+                        phc: phc.to_string(),
+                        password: password.to_string(),
+                    };
+                    if self.tx.try_send(job).is_err() {
+                        return Checked::Busy;
+                    }
+                    checking.insert(key, vec![reply]);
+                }
+            }
         }
         match rx.recv_async().await {
-            Ok(true) => {
-                let mut m = self.remembered.lock().expect("auth memory");
-                if m.len() >= REMEMBERED {
-                    m.clear();
-                }
-                m.insert(key, ());
-                Checked::Match
-            }
+            Ok(true) => Checked::Match,
             Ok(false) => Checked::Mismatch,
             Err(_) => Checked::Busy,
         }
@@ -111,7 +140,7 @@ impl Verifier {
 
     /// Forgets every remembered password (the config was reloaded).
     pub fn forget(&self) {
-        self.remembered.lock().expect("auth memory").clear();
+        self.inner.remembered.lock().expect("auth memory").clear();
     }
 }
 
@@ -148,5 +177,24 @@ mod tests {
         assert_eq!(run("S3cret", a.clone()), Checked::Mismatch);
         v.forget();
         assert_eq!(run("s3cret", a), Checked::Match);
+    }
+
+    #[test]
+    fn a_storm_of_one_credential_is_one_check_not_a_full_queue() {
+        let phc = hash_password("storm").unwrap();
+        let v = Verifier::start();
+        let results: Vec<Checked> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4 * VERIFY_QUEUE)
+                .map(|_| {
+                    let (v, phc) = (&v, phc.as_str());
+                    s.spawn(move || {
+                        let mut rt = corecast_net::rt::build_runtime(64).unwrap();
+                        rt.block_on(async move { v.check("alice", "storm", phc).await })
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(results.iter().all(|r| *r == Checked::Match), "{results:?}");
     }
 }
