@@ -80,6 +80,12 @@ pub struct Config {
     pub s3: corecast_storage::published::S3Options,
     /// Bulk ingest limits (`[ingest]`).
     pub ingest: IngestConfig,
+    /// Principals, credentials and grants (`[auth]`); `None`: the broker is open.
+    pub auth: Option<crate::auth::AuthConfig>,
+    /// The browser origins allowed (`allowed_origins`); every origin when absent.
+    pub allowed_origins: crate::auth::origin::Origins,
+    /// Open connections allowed per process (`max_connections`); past it, 429.
+    pub max_connections: Option<u64>,
     /// TLS (`[tls]`); `None`: plaintext only.
     pub tls: Option<TlsConfig>,
 }
@@ -317,6 +323,9 @@ struct RawConfig {
     published: Option<String>,
     s3: Option<RawS3>,
     ingest: Option<RawIngest>,
+    auth: Option<crate::auth::config::RawAuth>,
+    allowed_origins: Option<Vec<String>>,
+    max_connections: Option<i64>,
     tls: Option<RawTls>,
 }
 
@@ -467,6 +476,9 @@ impl Config {
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             s3: Default::default(),
             ingest: IngestConfig::default(),
+            auth: None,
+            allowed_origins: crate::auth::origin::Origins::any(),
+            max_connections: None,
             tls: None,
         }
     }
@@ -813,7 +825,24 @@ impl Config {
                 })
             }
         };
+        let auth = match raw.auth {
+            None => None,
+            Some(a) => Some(
+                crate::auth::AuthConfig::resolve(a, base).map_err(|(key, why)| err(&key, why))?,
+            ),
+        };
+        let allowed_origins = match &raw.allowed_origins {
+            None => crate::auth::origin::Origins::any(),
+            Some(list) => crate::auth::origin::Origins::from_list(list)
+                .map_err(|why| err("allowed_origins", why))?,
+        };
+        let max_connections = match raw.max_connections {
+            None => None,
+            Some(n) if n >= 1 => Some(n as u64),
+            Some(n) => return Err(err("max_connections", format!("{n} is not at least 1"))),
+        };
         Ok(Config {
+            max_connections,
             tls,
             listen,
             data_dir,
@@ -824,6 +853,8 @@ impl Config {
             write_timeout,
             s3,
             ingest,
+            auth,
+            allowed_origins,
         })
     }
 }

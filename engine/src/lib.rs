@@ -19,6 +19,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod cli;
 pub mod commit;
 pub mod config;

@@ -52,6 +52,12 @@ enum Cmd {
     Tail(cli::tail::TailArgs),
     /// Ingest a Parquet, Arrow IPC or JSON lines file in large batches (resumable).
     Ingest(cli::ingest::IngestArgs),
+    /// Print the argon2id hash of a password read from stdin, for [auth.principals.NAME].
+    HashPassword(cli::secret::HashPasswordArgs),
+    /// Print the SHA-256 of a bearer token read from stdin (or make a new one with --new).
+    HashToken(cli::secret::HashTokenArgs),
+    /// Close every connection of a principal and refuse it until the config is reloaded.
+    Revoke(cli::revoke::RevokeArgs),
 }
 
 fn main() -> ExitCode {
@@ -77,6 +83,9 @@ fn main() -> ExitCode {
         Cmd::Sub(args) => cli::sub::run(args),
         Cmd::Tail(args) => cli::tail::run(args),
         Cmd::Ingest(args) => cli::ingest::run(args),
+        Cmd::HashPassword(args) => cli::secret::hash_password(args),
+        Cmd::HashToken(args) => cli::secret::hash_token(args),
+        Cmd::Revoke(args) => cli::revoke::run(args),
     }
 }
 
@@ -157,7 +166,17 @@ fn serve(
     let mut signals = signals;
     for sig in signals.forever() {
         if sig == signal_hook::consts::SIGHUP {
+            // the TLS certificate, from the files named at start (a bad pair keeps the old
+            // one); then what the config file may change under a running broker: [auth] and
+            // allowed_origins
             running.reload.run();
+            match &config {
+                None => tracing::info!("SIGHUP: no config file to reload (embedded default)"),
+                Some(p) => match Config::load(p) {
+                    Ok(new) => running.reload_auth(&new),
+                    Err(e) => tracing::error!("SIGHUP: not reloaded, the config is bad: {e}"),
+                },
+            }
             continue;
         }
         tracing::info!(signal = sig, "shutting down");

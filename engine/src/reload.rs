@@ -1,9 +1,10 @@
-//! What SIGHUP reloads, in one place: the main thread calls [`Reload::run`] on each SIGHUP.
+//! What SIGHUP reloads from files named at start: the main thread calls [`Reload::run`] on each
+//! SIGHUP, then re-reads the config file for `[auth]` and `allowed_origins`
+//! ([`crate::server::Running::reload_auth`]).
 //!
 //! Today that is the TLS certificate ([`crate::tls::CertStore`]). Each part reloads on its own
 //! and logs its outcome; a part that fails keeps what it had, so one bad file never takes the
-//! others down. A new reloadable part (users, tokens, grants) adds a field here and one step to
-//! [`Reload::run`].
+//! others down. A new part adds a field here and one step to [`Reload::run`].
 
 use std::sync::Arc;
 

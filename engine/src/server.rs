@@ -433,13 +433,27 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
     let maintenance = Maintenance::start(jobs, (cores / 4).max(1))
         .map_err(|e| StartError::Other(format!("cannot start a maintenance thread: {e}")))?;
     let pool = ReaderPool::start(2, registry.clone());
-    let shared = Arc::new(Shared::new(
+    let mut shared = Shared::new(
         registry,
         writer_senders,
         pool.sender(),
         cfg.echo,
         cfg.keepalive,
-    ));
+    );
+    match &cfg.auth {
+        None => tracing::warn!(
+            "no [auth] section: the broker is open — any client that reaches the port reads and publishes every stream"
+        ),
+        Some(a) => tracing::info!(
+            principals = a.principals.len(),
+            jwt = a.jwt.is_some(),
+            "authentication on"
+        ),
+    }
+    shared.auth = crate::auth::Auth::new(cfg.auth.clone(), cfg.allowed_origins.clone());
+    shared.max_connections = cfg.max_connections;
+    shared.shard_inboxes = shard_senders.clone();
+    let shared = Arc::new(shared);
     let core_ids = core_affinity::get_core_ids().unwrap_or_default();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut shards = Vec::new();
@@ -487,6 +501,20 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
 }
 
 impl Running {
+    /// Applies what SIGHUP reloads from a freshly read config: the principals, their
+    /// credentials and grants, and the allowed origins. New requests are decided by it;
+    /// connections already admitted keep running.
+    pub fn reload_auth(&self, cfg: &Config) {
+        self.shared
+            .auth
+            .reload(cfg.auth.clone(), cfg.allowed_origins.clone());
+        tracing::info!(
+            principals = cfg.auth.as_ref().map_or(0, |a| a.principals.len()),
+            open = cfg.auth.is_none(),
+            "reloaded [auth] and allowed_origins"
+        );
+    }
+
     /// Stops the server: drain publishers, close every connection with 1001, commit what is
     /// queued, join every thread.
     pub fn shutdown(self) {

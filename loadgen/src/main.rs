@@ -96,6 +96,10 @@ pub struct Args {
     /// Upper bound on the whole run in seconds (connects, publishing, drain).
     #[arg(long, default_value_t = 600.0)]
     pub max_seconds: f64,
+    /// An `Authorization` header value sent on every upgrade (e.g. `Bearer TOKEN`); also
+    /// `LOADGEN_AUTHORIZATION`, which keeps it out of `ps`.
+    #[arg(long, env = "LOADGEN_AUTHORIZATION", hide_env_values = true)]
+    pub authorization: Option<String>,
 }
 
 struct Target {
@@ -104,6 +108,7 @@ struct Target {
     path: String,
     /// wss://: the TLS dialer.
     tls: Option<corecast_net::client::tls::TlsDial>,
+    authorization: Option<String>,
 }
 
 fn parse_url(url: &str) -> Result<Target, String> {
@@ -154,6 +159,7 @@ fn parse_url(url: &str) -> Result<Target, String> {
         host: authority.to_string(),
         path: path.to_string(),
         tls,
+        authorization: None,
     })
 }
 
@@ -257,6 +263,7 @@ async fn thread_body(
                 target.tls.as_ref(),
                 &target.host,
                 &path,
+                target.authorization.as_deref(),
                 &mut keys,
                 connect_limit,
             )
@@ -305,6 +312,7 @@ async fn thread_body(
                 target.tls.as_ref(),
                 &target.host,
                 &path,
+                target.authorization.as_deref(),
                 &mut keys,
                 connect_limit,
             )
@@ -467,7 +475,8 @@ fn run(args: Args) -> Result<ExitCode, String> {
     if let Some(ca) = &args.ca {
         corecast_net::client::tls::use_ca_file(ca)?;
     }
-    let target = parse_url(&args.url)?;
+    let mut target = parse_url(&args.url)?;
+    target.authorization = args.authorization.clone();
     if args.threads == 0 || args.window == 0 || args.batch == 0 {
         return Err("--threads, --window and --batch must be at least 1".into());
     }

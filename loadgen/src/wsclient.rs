@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use corecast_net::rt::{self, Conn, ReadHalf, WriteHalf};
 use corecast_net::ws::frame::{encode_frame, OpCode};
-use corecast_net::ws::handshake::{check_response, client_key, client_request};
+use corecast_net::ws::handshake::{check_response, client_key, client_request_with};
 
 /// A connection that passed the upgrade and read its greeting.
 pub struct Opened {
@@ -138,6 +138,7 @@ pub async fn open(
     tls: Option<&corecast_net::client::tls::TlsDial>,
     host: &str,
     path: &str,
+    authorization: Option<&str>,
     keys: &mut Keys,
     limit: Duration,
 ) -> Result<Opened, String> {
@@ -152,7 +153,13 @@ pub async fn open(
         }
         .map_err(|e| format!("connect {addr}: {e}"))?;
         let (mut rd, mut wr) = conn.split();
-        let (res, _) = wr.write_all(client_request(host, path, &key)).await;
+        let extra: Vec<(&str, &str)> = authorization
+            .map(|a| ("Authorization", a))
+            .into_iter()
+            .collect();
+        let (res, _) = wr
+            .write_all(client_request_with(host, path, &key, &extra))
+            .await;
         res.map_err(|e| format!("write upgrade: {e}"))?;
         let mut buf = Vec::with_capacity(64 * 1024);
         let head = loop {

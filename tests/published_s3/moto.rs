@@ -1,9 +1,9 @@
-//! A local S3 server for the S3 tests (`tests/published_s3.rs`, `tests/published_s3_store.rs`):
-//! moto (`moto[server]==5.2.5`, `../shared/PUBLISHED.md` §8), started on a free loopback port
-//! from the venv `$CORECAST_MOTO_VENV`, or an S3 server already running at `$AWS_ENDPOINT_URL`.
-//! Neither: the tests say so and pass, unless `CORECAST_REQUIRE_S3` is set (CI sets it), then
-//! they fail. Also a [`Gate`]: a TCP forwarder in front of the server that can go dark (its port
-//! refuses connections) and come back on the same port, for outage tests.
+//! A local S3 server for the S3 tests (`tests/published_s3.rs`, `tests/published_s3_store.rs`,
+//! `tests/catch_up_s3.rs`): moto (`moto[server]==5.2.5`, `../shared/PUBLISHED.md` §8), started on
+//! a free loopback port from the venv `$CORECAST_MOTO_VENV`, or an S3 server already running at
+//! `$AWS_ENDPOINT_URL`. Neither: the tests say so and pass, unless `CORECAST_REQUIRE_S3` is set
+//! (CI sets it), then they fail. Also a [`Gate`]: a TCP forwarder in front of the server that can
+//! go dark (its port refuses connections) and come back on the same port, for outage tests.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};

@@ -4,9 +4,12 @@
 //! Every failure is one line on stderr naming the cause, and the exit status says which kind
 //! ([`EXIT_CODES_HELP`]).
 
+pub mod credentials;
 pub mod ingest;
 pub mod input;
 pub mod publish;
+pub mod revoke;
+pub mod secret;
 pub mod sub;
 pub mod tail;
 

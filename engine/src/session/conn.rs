@@ -25,6 +25,7 @@ use super::route::{bad_request, route, Intent, Refusal};
 use super::subscriber::Start;
 use super::ws_io::{WsReader, READ_ROOM, SUBSCRIBER_READ_ROOM};
 use super::{echo, metrics, publisher, pull, sse, stats, subscriber};
+use crate::auth::{Action, Identity};
 use crate::fanout::signal::Signal;
 use crate::filter::{ColumnLookup, Filter};
 use crate::registry::Stream;
@@ -81,17 +82,63 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
     // stay with a session that may last days
     let mut leftover = buf[used..].to_vec();
     drop(buf);
+    // who is asking, and may they: before the upgrade, any body, or the stream's lookup
+    // a CORS preflight carries no credentials: answered before the gate, from the list alone
+    if let Some(resp) = crate::auth::origin::preflight(&ctx.shared.auth.origins(), &req) {
+        let _ = wr.write_all(resp).await;
+        let _ = wr.shutdown().await;
+        return;
+    }
+    let admitted = match ctx.shared.max_connections {
+        Some(max) if ctx.shared.connections.load(Ordering::Relaxed) as u64 > max => {
+            Err(ResponseHead::new(429)
+                .header("content-type", "application/json")
+                .header("retry-after", "1")
+                .finish(&corecast_net::http::response::json_error_body(
+                    "too_many_connections",
+                    &format!("this server holds its max_connections ({max}); try again later"),
+                    true,
+                )))
+        }
+        _ => crate::auth::gate(&ctx.shared.auth, &req, peer)
+            .await
+            .and_then(|who| {
+                crate::auth::http::admit(&ctx.shared.auth, &who, &req).map(|a| (who, a))
+            }),
+    };
+    let (who, admission) = match admitted {
+        Ok(x) => x,
+        Err(resp) => {
+            let resp = if req.method == "HEAD" {
+                head_only(resp)
+            } else {
+                resp
+            };
+            let _ = wr.write_all(resp).await;
+            let _ = wr.shutdown().await;
+            return;
+        }
+    };
+    let live = admission.live.clone();
     let name = req.path.strip_prefix('/').unwrap_or(&req.path).to_string();
     if !is_upgrade_request(&req) {
+        if let Some(resp) =
+            crate::auth::http::revoke(&ctx.shared.auth, &req, || ctx.shared.wake_all_sessions())
+        {
+            let _ = wr.write_all(resp).await;
+            let _ = wr.shutdown().await;
+            return;
+        }
         if let Some(stream) = crate::ingest::endpoint::wants(&req.path) {
             let stream = stream.to_string();
             return crate::ingest::endpoint::serve(ctx, &req, &stream, rd, wr, leftover).await;
         }
         if let Some(stream) = sse::wants(ctx, &req, &name) {
-            return sse::serve(ctx, &req, stream, peer, rd, wr).await;
+            return sse::serve(ctx, &req, stream, peer, rd, wr, &who, live).await;
         }
         let client = pull::Client {
             peer,
+            who: &who,
             rd: &mut rd,
             held: &mut leftover,
         };
@@ -99,8 +146,10 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             Some(pull::Answer::Respond(r)) => r,
             // the client closed its connection while a long poll waited: nothing to answer
             Some(pull::Answer::ClientGone) => return,
-            None => plain_http(ctx, &req, &name),
+            None => plain_http(ctx, &req, &name, &who),
         };
+        let resp =
+            crate::auth::origin::apply_cors(resp, ctx.shared.auth.origins().cors_value(&req));
         // HEAD: the GET answer's head alone (RFC 9110 §9.3.2: every server supports HEAD)
         let resp = if req.method == "HEAD" {
             head_only(resp)
@@ -188,6 +237,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
                 WsReader::new(rd, leftover, max, READ_ROOM),
                 wr,
                 eo,
+                live,
             )
             .await;
         }
@@ -244,7 +294,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             }
             ctx.register(&signal);
             let ws = WsReader::new(rd, leftover, TRANSPORT_MAX_BYTES, SUBSCRIBER_READ_ROOM);
-            subscriber::run(ctx.clone(), st, ws, wr, start, filter, signal).await;
+            subscriber::run(ctx.clone(), st, ws, wr, start, filter, signal, live).await;
         }
     }
 }
@@ -330,10 +380,11 @@ async fn refuse(mut wr: WriteHalf, mut out: Vec<u8>, r: Refusal) {
     let _ = wr.shutdown().await;
 }
 
-fn plain_http(ctx: &ShardCtx, req: &Request, name: &str) -> Vec<u8> {
+fn plain_http(ctx: &ShardCtx, req: &Request, name: &str, who: &Identity) -> Vec<u8> {
+    let shown = |stream: &str| who.allows(Action::StatsRead, stream);
     match (req.method.as_str(), name) {
         ("GET" | "HEAD", "stats") => {
-            let body = stats::render(&ctx.shared);
+            let body = stats::render(&ctx.shared, &shown);
             ResponseHead::new(200)
                 .header("content-type", "application/json")
                 .header("cache-control", "no-cache")
@@ -342,7 +393,7 @@ fn plain_http(ctx: &ShardCtx, req: &Request, name: &str) -> Vec<u8> {
         ("GET" | "HEAD", "metrics") => ResponseHead::new(200)
             .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
             .header("cache-control", "no-cache")
-            .finish(metrics::render(&ctx.shared).as_bytes()),
+            .finish(metrics::render(&ctx.shared, &shown).as_bytes()),
         _ if ctx.shared.registry.get(name).is_some() => json_error(
             404,
             "not_found",

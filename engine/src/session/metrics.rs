@@ -108,8 +108,32 @@ fn label(v: &str) -> String {
     s
 }
 
-/// Renders every metric family.
-pub fn render(shared: &Shared) -> String {
+/// Renders every metric family, with the per-stream series of only the streams `shown` lets
+/// through (the caller's `stats.read` grants; process-wide series are always there).
+pub fn render(shared: &Shared, shown: &dyn Fn(&str) -> bool) -> String {
+    let text = render_all(shared);
+    let hidden: Vec<String> = shared
+        .registry
+        .streams
+        .iter()
+        .filter(|s| !shown(&s.cfg.name))
+        .map(|s| format!("{{stream=\"{}\"", label(&s.cfg.name)))
+        .collect();
+    if hidden.is_empty() {
+        return text;
+    }
+    // every per-stream sample starts its labels with `stream="…"` (rendered below)
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if !hidden.iter().any(|h| line.contains(h.as_str())) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn render_all(shared: &Shared) -> String {
     let streams = &shared.registry.streams;
     let names: Vec<String> = streams.iter().map(|s| label(&s.cfg.name)).collect();
     let mut o = String::with_capacity(4096 + streams.len() * 2048);
@@ -267,6 +291,48 @@ pub fn render(shared: &Shared) -> String {
             ld(&REFUSALS[i])
         );
     }
+    family(
+        &mut o,
+        "corecast_auth_failures_total",
+        "counter",
+        "Failed authentications, by reason (rate_limited: refused 429 before any check).",
+    );
+    for (reason, n) in crate::auth::counters::failures() {
+        let _ = writeln!(o, "corecast_auth_failures_total{{reason=\"{reason}\"}} {n}");
+    }
+    family(
+        &mut o,
+        "corecast_auth_succeeded_total",
+        "counter",
+        "Requests authenticated (as a declared principal or anonymous).",
+    );
+    let _ = writeln!(
+        o,
+        "corecast_auth_succeeded_total {}",
+        ld(&crate::auth::counters::SUCCEEDED)
+    );
+    family(
+        &mut o,
+        "corecast_auth_forbidden_total",
+        "counter",
+        "Requests refused 403: authenticated without the grant they need.",
+    );
+    let _ = writeln!(
+        o,
+        "corecast_auth_forbidden_total {}",
+        ld(&crate::auth::counters::FORBIDDEN)
+    );
+    family(
+        &mut o,
+        "corecast_origin_refused_total",
+        "counter",
+        "WebSocket upgrades refused 403 for an Origin not in allowed_origins.",
+    );
+    let _ = writeln!(
+        o,
+        "corecast_origin_refused_total {}",
+        ld(&crate::auth::counters::ORIGIN_REFUSED)
+    );
     family(
         &mut o,
         "corecast_connections",

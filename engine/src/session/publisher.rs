@@ -31,6 +31,7 @@ use super::deliver::write_timeout;
 use super::keepalive::{self, Due, Keepalive};
 use super::pong::OwedPong;
 use super::ws_io::{WsIn, WsReader, LINGER};
+use crate::auth::live::{Live, REVOKED_REASON};
 use crate::commit::writer::{Append, AppendReply, WriterMsg};
 use crate::fanout::signal::Signal;
 use crate::registry::{Claim, Stream};
@@ -77,6 +78,14 @@ struct PubState {
     ending: Signal,
     /// The socket failed or the peer went away without a close: nothing more can be written.
     gone: Cell<bool>,
+    /// The principal's live state (`None` on an open broker): revoked → 1008.
+    live: Option<Arc<Live>>,
+}
+
+impl PubState {
+    fn revoked(&self) -> bool {
+        self.live.as_ref().is_some_and(|l| l.revoked())
+    }
 }
 
 impl PubState {
@@ -101,9 +110,11 @@ pub async fn run(
     ws: WsReader,
     wr: WriteHalf,
     eo: Option<ExactlyOnce>,
+    live: Option<Arc<Live>>,
 ) {
     let state = Rc::new(PubState {
         keepalive: Keepalive::new(ctx.shared.keepalive),
+        live,
         ..PubState::default()
     });
     stream.stats.publishers.fetch_add(1, Ordering::Relaxed);
@@ -145,7 +156,7 @@ async fn read_loop(
     eo: Option<Rc<ExactlyOnce>>,
 ) {
     loop {
-        if ctx.shutting_down() || superseded(eo.as_deref()) || state.dead.get() {
+        if ctx.shutting_down() || superseded(eo.as_deref()) || state.dead.get() || state.revoked() {
             break;
         }
         let Some(ev) = ws.next_until(state.ending.wait()).await else {
@@ -451,7 +462,9 @@ async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Opt
             continue;
         }
         let drained = state.queue.borrow().is_empty() && !state.reader_busy.get();
-        if drained && (state.reader_done.get() || ctx.shutting_down() || superseded(eo)) {
+        if drained
+            && (state.reader_done.get() || ctx.shutting_down() || superseded(eo) || state.revoked())
+        {
             break;
         }
         // wake at least every 100 ms to notice a takeover by another shard
@@ -460,6 +473,8 @@ async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Opt
     state.end_reading();
     let (code, reason) = if superseded(eo) {
         (CloseCode(4409).0, r#"{"error":"superseded"}"#.to_string())
+    } else if state.revoked() {
+        (1008, REVOKED_REASON.to_string())
     } else if let Some(c) = state.close.borrow_mut().take() {
         c
     } else if ctx.shutting_down() {

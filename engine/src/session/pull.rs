@@ -75,6 +75,9 @@ pub enum Answer {
 pub struct Client<'a> {
     /// The client's address (cursors are bound to it; the per-client cap counts by it).
     pub peer: Option<IpAddr>,
+    /// Who is asking: the catalog lists only the streams it may read, and cursors are bound
+    /// to it as well as to the address.
+    pub who: &'a crate::auth::Identity,
     /// The connection's reading half.
     pub rd: &'a mut ReadHalf,
     /// Bytes read past the request head, and any the client sends while its poll waits.
@@ -142,7 +145,12 @@ pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, client: Client<'_>) -> Op
     let resp = match parts.as_slice() {
         [""] => {
             let mut body = String::from("{\"streams\":[");
-            for (i, st) in reg.streams.iter().enumerate() {
+            let readable = reg.streams.iter().filter(|st| {
+                client
+                    .who
+                    .allows(crate::auth::Action::DataRead, &st.cfg.name)
+            });
+            for (i, st) in readable.enumerate() {
                 if i > 0 {
                     body.push(',');
                 }
@@ -425,7 +433,12 @@ fn now_s() -> u64 {
 /// A window of rows, or [`Answer::ClientGone`] when the client closed the connection while the
 /// poll waited.
 async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Answer {
-    let Client { peer, rd, held } = client;
+    let Client {
+        peer,
+        who,
+        rd,
+        held,
+    } = client;
     let limit = match parse_limit(q, 100) {
         Ok(n) => n,
         Err(e) => return Answer::Respond(e),
@@ -467,7 +480,12 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
             Err(detail) => return Answer::Respond(err(400, "bad_request", &detail)),
         },
     };
-    let caller = peer.map(|p| p.to_string()).unwrap_or_default();
+    let mut caller = peer.map(|p| p.to_string()).unwrap_or_default();
+    if let Some(name) = who.name() {
+        // a cursor issued to one principal is refused to another, even from the same address
+        caller.push('\n');
+        caller.push_str(name);
+    }
     let binding = Binding {
         stream: &st.cfg.name,
         stream_id: st.stream_id.as_deref().unwrap_or(""),
@@ -484,7 +502,7 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
                 Err(CursorError::Invalid) => return Answer::Respond(err(
                     400,
                     "cursor_invalid",
-                    "this cursor was not issued for this stream, filter and caller, or was altered (send the same where= as the request that returned it, from the same address)",
+                    "this cursor was not issued for this stream, filter and caller, or was altered (send the same where= as the request that returned it, from the same address, as the same principal)",
                 )),
                 Err(CursorError::Expired) => {
                     return Answer::Respond(err(
@@ -547,7 +565,10 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
         }
         next = w.next;
         if slot.is_none() {
-            match super::sse::acquire(peer, &super::sse::settings()) {
+            match super::sse::acquire(
+                super::sse::ClientKey::of(peer, who),
+                &super::sse::settings(),
+            ) {
                 Some(s) => slot = Some(s),
                 None => {
                     super::metrics::count_refusal(503);

@@ -80,7 +80,7 @@ impl From<&HttpApiConfig> for SseSettings {
 
 static SETTINGS: RwLock<Option<Arc<SseSettings>>> = RwLock::new(None);
 static OPEN: AtomicUsize = AtomicUsize::new(0);
-static PER_CLIENT: Mutex<Option<HashMap<IpAddr, usize>>> = Mutex::new(None);
+static PER_CLIENT: Mutex<Option<HashMap<ClientKey, usize>>> = Mutex::new(None);
 static LAST_WARN_S: AtomicI64 = AtomicI64::new(i64::MIN);
 static JITTER: AtomicU64 = AtomicU64::new(0x9E37_79B9_7F4A_7C15);
 
@@ -102,21 +102,44 @@ pub fn open_streams() -> usize {
     OPEN.load(Ordering::Relaxed)
 }
 
+/// Whom the per-client cap counts: the principal once auth is on (many users may share one
+/// address behind a proxy, and one user may come from many), else the client's address.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum ClientKey {
+    /// An authenticated principal.
+    Principal(String),
+    /// An address (open broker).
+    Addr(IpAddr),
+}
+
+impl ClientKey {
+    /// The key of a request from `peer` made as `who`; `None`: not counted per client.
+    pub(crate) fn of(peer: Option<IpAddr>, who: &crate::auth::Identity) -> Option<ClientKey> {
+        match who.name() {
+            Some(n) => Some(ClientKey::Principal(n.to_string())),
+            None => peer.map(ClientKey::Addr),
+        }
+    }
+}
+
 /// One open stream's place under the caps; released on drop.
 pub(crate) struct Slot {
-    client: Option<IpAddr>,
+    client: Option<ClientKey>,
 }
 
 /// A place under the per-process and per-client caps (SSE streams and pull long polls share
 /// them); `None` when either is full.
-pub(crate) fn acquire(client: Option<IpAddr>, s: &SseSettings) -> Option<Slot> {
+pub(crate) fn acquire(client: Option<ClientKey>, s: &SseSettings) -> Option<Slot> {
     if OPEN.fetch_add(1, Ordering::AcqRel) >= s.max_streams {
         OPEN.fetch_sub(1, Ordering::AcqRel);
         return None;
     }
-    if let Some(ip) = client {
+    if let Some(key) = &client {
         let mut g = PER_CLIENT.lock().unwrap_or_else(|p| p.into_inner());
-        let n = g.get_or_insert_with(HashMap::new).entry(ip).or_insert(0);
+        let n = g
+            .get_or_insert_with(HashMap::new)
+            .entry(key.clone())
+            .or_insert(0);
         if *n >= s.max_per_client {
             drop(g);
             OPEN.fetch_sub(1, Ordering::AcqRel);
@@ -129,13 +152,13 @@ pub(crate) fn acquire(client: Option<IpAddr>, s: &SseSettings) -> Option<Slot> {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        if let Some(ip) = self.client {
+        if let Some(key) = &self.client {
             let mut g = PER_CLIENT.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(m) = g.as_mut() {
-                if let Some(n) = m.get_mut(&ip) {
+                if let Some(n) = m.get_mut(key) {
                     *n -= 1;
                     if *n == 0 {
-                        m.remove(&ip);
+                        m.remove(key);
                     }
                 }
             }
@@ -276,6 +299,7 @@ struct State {
 
 /// Serves one SSE stream until the client goes, the stream ages out, falls behind, or the server
 /// shuts down.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(
     ctx: &Rc<ShardCtx>,
     req: &Request,
@@ -283,8 +307,20 @@ pub async fn serve(
     peer: Option<IpAddr>,
     rd: ReadHalf,
     mut wr: WriteHalf,
+    who: &crate::auth::Identity,
+    live: Option<Arc<crate::auth::live::Live>>,
 ) {
     let set = settings();
+    // CORS per allowed_origins: every answer below is built with `*`, then the policy applied
+    let cors = ctx
+        .shared
+        .auth
+        .origins()
+        .cors_value(req)
+        .map(str::to_string);
+    let error = |status: u16, code: &str, message: &str, retry: bool| {
+        crate::auth::origin::apply_cors(error(status, code, message, retry), cors.as_deref())
+    };
     let Some(st) = ctx.shared.registry.get(name).cloned() else {
         let body = error(404, "not_found", &format!("no such stream: {name}"), false);
         let _ = wr.write_all(body).await;
@@ -352,7 +388,7 @@ pub async fn serve(
         let _ = wr.shutdown().await;
         return;
     }
-    let Some(_slot) = acquire(peer, &set) else {
+    let Some(_slot) = acquire(ClientKey::of(peer, who), &set) else {
         super::metrics::count_refusal(503);
         let msg = "too many open SSE streams (per process or per client); retry later";
         let _ = wr
@@ -369,13 +405,14 @@ pub async fn serve(
         hub.head()
     };
     let (next, skipped) = start_offset(&st, from, head);
-    let mut out = ResponseHead::new(200)
+    let out = ResponseHead::new(200)
         .header("content-type", "text/event-stream")
         .header("cache-control", "no-cache")
         .header("x-accel-buffering", "no")
         .header("access-control-allow-origin", "*")
         .header("connection", "close")
         .finish_head();
+    let mut out = crate::auth::origin::apply_cors(out, cors.as_deref());
     sse::push_retry(set.retry_ms, &mut out);
     if let Some(skipped) = skipped {
         skipped.push_event(&mut out);
@@ -400,6 +437,7 @@ pub async fn serve(
         head,
         filter.as_ref(),
         &lag,
+        live.as_deref(),
     )
     .await;
     st.stats.sse_subscribers.fetch_sub(1, Ordering::Relaxed);
@@ -475,6 +513,7 @@ async fn run(
     replay_end: u64,
     filter: Option<&Filter>,
     lag: &AtomicU64,
+    live: Option<&crate::auth::live::Live>,
 ) -> Option<&'static str> {
     let deadline = Instant::now() + set.max_age;
     let mut last_write = Instant::now();
@@ -483,6 +522,9 @@ async fn run(
     loop {
         if state.gone.get() {
             return None;
+        }
+        if live.is_some_and(|l| l.revoked()) {
+            return Some("revoked");
         }
         let now = Instant::now();
         if now >= deadline {

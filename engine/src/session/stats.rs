@@ -11,8 +11,9 @@ use crate::shard::Shared;
 /// `{"served_at":s,"driver":"io_uring"|"fallback","connections":n,"streams":[{"name","durable",
 /// "end_offset","subscribers","publishers","rows_in","frames_out","bytes_out","dropped_slow",
 /// "started_us","started_ts","uptime_s","last_send_us","last_send_ts","last_send_age_s","tiers"}]}`
-/// (`tiers`: [`crate::tier::tiers_json`]).
-pub fn render(shared: &Shared) -> String {
+/// (`tiers`: [`crate::tier::tiers_json`]), listing only the streams `shown` lets through (the
+/// caller's `stats.read` grants).
+pub fn render(shared: &Shared, shown: &dyn Fn(&str) -> bool) -> String {
     let now = now_us();
     let secs = |us: i64| us as f64 / 1e6;
     let mut s = String::with_capacity(512);
@@ -23,7 +24,12 @@ pub fn render(shared: &Shared) -> String {
         shared.driver_name(),
         shared.connections.load(Ordering::Relaxed)
     );
-    for (i, st) in shared.registry.streams.iter().enumerate() {
+    let visible = shared
+        .registry
+        .streams
+        .iter()
+        .filter(|st| shown(&st.cfg.name));
+    for (i, st) in visible.enumerate() {
         if i > 0 {
             s.push(',');
         }

@@ -27,6 +27,7 @@ use super::deliver::{gather, write, Rendering};
 use super::keepalive::{self, Due, Keepalive};
 use super::pong::OwedPong;
 use super::ws_io::{WsIn, WsReader, LINGER};
+use crate::auth::live::{Live, REVOKED_REASON};
 use crate::fanout::signal::Signal;
 use crate::filter::Filter;
 use crate::registry::Stream;
@@ -45,6 +46,8 @@ struct SubState {
     /// Raised when the session is over (its close written, or the peer gone): the reader task
     /// stops reading frames, lingers for the peer's close, and lets go of the socket.
     ended: Signal,
+    /// The principal's live state (`None` on an open broker): revoked → 1008.
+    live: Option<Arc<Live>>,
 }
 
 /// Where a subscription starts.
@@ -57,6 +60,7 @@ pub struct Start {
 
 /// Serves a subscriber until it closes, falls too far behind, or the server shuts down.
 /// The greeting was already written by the caller.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     ctx: Rc<ShardCtx>,
     stream: Arc<Stream>,
@@ -65,9 +69,11 @@ pub async fn run(
     start: Start,
     filter: Option<Filter>,
     signal: Rc<Signal>,
+    live: Option<Arc<Live>>,
 ) {
     let state = Rc::new(SubState {
         keepalive: Keepalive::new(ctx.shared.keepalive),
+        live,
         ..SubState::default()
     });
     stream.stats.subscribers.fetch_add(1, Ordering::Relaxed);
@@ -162,6 +168,9 @@ async fn serve(
     loop {
         if state.gone.get() {
             return None;
+        }
+        if state.live.as_ref().is_some_and(|l| l.revoked()) {
+            return Some((1008, REVOKED_REASON.into()));
         }
         if let Some((code, _)) = state.peer_close.get() {
             return Some((code, String::new()));

@@ -46,6 +46,8 @@ pub enum ShardMsg {
     },
     /// Stop accepting, drain publishers, close every connection with 1001.
     Shutdown,
+    /// Wake every long-lived session to look at its state (a principal was revoked).
+    Wake,
 }
 
 /// State every thread shares.
@@ -66,6 +68,13 @@ pub struct Shared {
     pub connections: AtomicI64,
     /// Set once shutdown starts.
     pub shutting_down: AtomicBool,
+    /// Who may do what (`[auth]`, `allowed_origins`); reloaded on SIGHUP.
+    pub auth: crate::auth::Auth,
+    /// Open connections allowed, all shards (`max_connections`); `None`: the descriptors are
+    /// the limit.
+    pub max_connections: Option<u64>,
+    /// Every shard's inbox, to wake their sessions ([`ShardMsg::Wake`]).
+    pub shard_inboxes: Vec<flume::Sender<ShardMsg>>,
     driver: AtomicU8,
 }
 
@@ -87,8 +96,24 @@ impl Shared {
             publishers_open: AtomicI64::new(0),
             connections: AtomicI64::new(0),
             shutting_down: AtomicBool::new(false),
+            auth: crate::auth::Auth::open(),
+            max_connections: None,
+            shard_inboxes: Vec::new(),
             driver: AtomicU8::new(0),
         }
+    }
+
+    /// Wakes every session on every shard (off this thread: a shard's inbox may be full, and a
+    /// shard must never block on another's).
+    pub fn wake_all_sessions(&self) {
+        let inboxes = self.shard_inboxes.clone();
+        let _ = std::thread::Builder::new()
+            .name("corecast-wake".into())
+            .spawn(move || {
+                for tx in inboxes {
+                    let _ = tx.send(ShardMsg::Wake);
+                }
+            });
     }
 
     /// `io_uring` or `fallback`: the worst driver any shard got.
@@ -295,6 +320,7 @@ async fn inbox_loop(ctx: &Rc<ShardCtx>, inbox: flume::Receiver<ShardMsg>) {
             Some(Ok(ShardMsg::Batch { stream, batch })) => {
                 ctx.hubs[stream].borrow_mut().push(batch);
             }
+            Some(Ok(ShardMsg::Wake)) => ctx.raise_all(),
             Some(Ok(ShardMsg::Shutdown)) | Some(Err(_)) => {
                 if drain_deadline.is_none() {
                     ctx.shutting_down.set(true);

@@ -197,7 +197,21 @@ pub fn client_key(nonce: [u8; 16]) -> String {
 /// with `/`, already percent-encoded) on `host` (`name` or `name:port`), offering no
 /// subprotocol and no extension. Panics if either holds CR or LF.
 pub fn client_request(host: &str, path_and_query: &str, key: &str) -> Vec<u8> {
-    for part in [host, path_and_query, key] {
+    client_request_with(host, path_and_query, key, &[])
+}
+
+/// [`client_request`] with extra header fields (e.g. `Authorization`). Panics if any part holds
+/// CR or LF.
+pub fn client_request_with(
+    host: &str,
+    path_and_query: &str,
+    key: &str,
+    extra: &[(&str, &str)],
+) -> Vec<u8> {
+    for part in [host, path_and_query, key]
+        .into_iter()
+        .chain(extra.iter().flat_map(|(k, v)| [*k, *v]))
+    {
         assert!(!part.bytes().any(|b| b == b'\r' || b == b'\n'));
     }
     let mut out = Vec::with_capacity(160 + host.len() + path_and_query.len());
@@ -207,7 +221,14 @@ pub fn client_request(host: &str, path_and_query: &str, key: &str) -> Vec<u8> {
     out.extend_from_slice(host.as_bytes());
     out.extend_from_slice(b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: ");
     out.extend_from_slice(key.as_bytes());
-    out.extend_from_slice(b"\r\nSec-WebSocket-Version: 13\r\n\r\n");
+    out.extend_from_slice(b"\r\nSec-WebSocket-Version: 13\r\n");
+    for (k, v) in extra {
+        out.extend_from_slice(k.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(v.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
     out
 }
 

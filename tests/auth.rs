@@ -1,0 +1,936 @@
+//! Authentication and grants (issue 14), against the real binary on loopback: every refusal on
+//! every transport comes before the upgrade (no 101, no greeting) and before the stream is
+//! looked up; discovery is filtered by grant; cursors are bound to the principal; JWTs
+//! (header and cookie) are checked for signature, algorithm and expiry; failures are counted
+//! and rate-limited per address; SIGHUP reloads principals and grants; a browser `Origin` not
+//! on the list is refused. The official client signs in with `ws://user:pass@host` too
+//! (`tests/auth/official_client.py`, when the anchor venv is there).
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use sonic_rs::{JsonContainerTrait, JsonValueTrait};
+use support::*;
+use tungstenite::client::IntoClientRequest;
+
+const HS_SECRET: &str = "a-test-secret-of-at-least-32-bytes-for-hs256!";
+const ALICE_PW: &str = "correct horse battery staple";
+const BOB_TOKEN: &str = "bob-token-7f3e2c1a9b8d";
+
+fn hash_password(pw: &str) -> String {
+    let out = corecast_run(
+        &["hash-password"],
+        Some(pw.as_bytes()),
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.code, Some(0), "hash-password: {}", out.stderr);
+    out.stdout.trim().to_string()
+}
+
+fn hash_token(t: &str) -> String {
+    let out = corecast_run(&["hash-token"], Some(t.as_bytes()), Duration::from_secs(30));
+    assert_eq!(out.code, Some(0), "hash-token: {}", out.stderr);
+    out.stdout.trim().to_string()
+}
+
+/// The config: `trades` (durable, trade schema), `public` and `secret`; alice reads `trades`
+/// and sees its stats; bob publishes and reads `trades` with a token; anonymous reads
+/// `public`; JWTs HS256 (also from the `cc_token` cookie).
+fn config_text(alice_hash: &str, bob_hash: &str, extra: &str) -> String {
+    format!(
+        r#"
+allowed_origins = ["https://app.example"]
+
+[[stream]]
+name = "trades"
+schema = "@trade"
+
+[[stream]]
+name = "public"
+
+[[stream]]
+name = "secret"
+
+[auth]
+cookie = "cc_token"
+max_failures_per_minute = 1000
+
+[auth.jwt]
+algorithm = "HS256"
+secret = "{HS_SECRET}"
+
+[auth.principals.alice]
+password = "{alice_hash}"
+grants = {{ "data.read" = ["trades"], "stats.read" = ["trades"] }}
+
+[auth.principals.bob]
+tokens = ["{bob_hash}"]
+grants = {{ "data.read" = ["trades"], "data.publish" = ["trades"] }}
+
+[auth.principals.anonymous]
+grants = {{ "data.read" = ["public"] }}
+{extra}
+"#
+    )
+}
+
+fn basic(user: &str, pw: &str) -> String {
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pw}"))
+    )
+}
+
+fn jwt(sub: &str, exp_from_now: i64, grants: Option<&str>, secret: &str) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let mut claims: serde_json::Value =
+        serde_json::json!({"sub": sub, "exp": now + exp_from_now, "iat": now});
+    if let Some(g) = grants {
+        claims["grants"] = serde_json::from_str(g).unwrap();
+    }
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap()
+}
+
+/// A raw WebSocket upgrade request with extra headers; returns the whole answer (read to EOF).
+fn raw_upgrade(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String, Vec<u8>) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    // a refusal ends the connection; an accepted upgrade stays open (then: what came in 2 s)
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut all = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => all.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => break,
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+    let text = String::from_utf8_lossy(&all).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, text, all)
+}
+
+fn ws_with(server: &Server, path: &str, headers: &[(&str, &str)]) -> Result<Ws, u16> {
+    let mut req = server.url(path).into_client_request().unwrap();
+    for (k, v) in headers {
+        let name = tungstenite::http::HeaderName::from_bytes(k.as_bytes()).unwrap();
+        req.headers_mut()
+            .insert(name, tungstenite::http::HeaderValue::from_str(v).unwrap());
+    }
+    match tungstenite::connect(req) {
+        Ok((ws, _)) => {
+            if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
+                s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+            }
+            Ok(ws)
+        }
+        Err(tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),
+        Err(e) => panic!("connect {path}: {e}"),
+    }
+}
+
+fn greeting(ws: &mut Ws) -> sonic_rs::Value {
+    let g = recv_text(ws);
+    sonic_rs::from_str(&g).unwrap()
+}
+
+struct World {
+    setup: Setup,
+    server: Server,
+    alice: String,
+    bob: String,
+}
+
+fn world(extra: &str) -> World {
+    let setup = Setup::new();
+    let alice = hash_password(ALICE_PW);
+    let bob = hash_token(BOB_TOKEN);
+    assert!(alice.starts_with("$argon2id$"), "{alice}");
+    assert_eq!(bob.len(), 64, "{bob}");
+    let cfg = setup.config(&config_text(&alice, &bob, extra));
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    World {
+        setup,
+        server,
+        alice,
+        bob,
+    }
+}
+
+fn json_names(v: &sonic_rs::Value, list_key: &str) -> Vec<String> {
+    v.get(list_key)
+        .and_then(|x| x.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.get("name").and_then(|n| n.as_str()).map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_websocket_refusal_comes_before_the_upgrade() {
+    let w = world("");
+    let addr = w.server.addr;
+    // no credentials, a stream anonymous may not read: 401 with both challenges, no 101
+    let (status, text, _) = raw_upgrade(addr, "/trades", &[]);
+    assert_eq!(status, 401, "{text}");
+    assert!(!text.contains("101"), "no upgrade: {text}");
+    assert!(
+        text.contains("www-authenticate: Basic realm=\"corecast\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("www-authenticate: Bearer realm=\"corecast\""),
+        "{text}"
+    );
+    assert!(text.contains("\"code\":\"unauthorized\""), "{text}");
+    assert!(
+        text.contains("principal anonymous needs the data.read grant on stream trades"),
+        "{text}"
+    );
+    // a stream that does not exist answers the same: nothing is looked up before the grant
+    let (status, text, _) = raw_upgrade(addr, "/no-such-stream", &[]);
+    assert_eq!(status, 401, "{text}");
+    // anonymous reads public
+    let mut ws = ws_with(&w.server, "/public", &[]).expect("anonymous reads public");
+    let g = greeting(&mut ws);
+    assert_eq!(g.get("stream").and_then(|s| s.as_str()), Some("public"));
+    // alice: reads trades; publishing is 403 (authenticated, no grant); wrong password 401
+    let alice = basic("alice", ALICE_PW);
+    let mut ws = ws_with(&w.server, "/trades?offset=0", &[("authorization", &alice)]).unwrap();
+    let g = greeting(&mut ws);
+    assert_eq!(g.get("stream").and_then(|s| s.as_str()), Some("trades"));
+    let (status, text, _) = raw_upgrade(addr, "/trades?publish", &[("Authorization", &alice)]);
+    assert_eq!(status, 403, "{text}");
+    assert!(
+        text.contains("principal alice needs the data.publish grant on stream trades"),
+        "{text}"
+    );
+    assert!(!text.contains("www-authenticate"), "{text}");
+    let (status, _, _) = raw_upgrade(addr, "/secret", &[("Authorization", &alice)]);
+    assert_eq!(status, 403);
+    let (status, text, _) = raw_upgrade(
+        addr,
+        "/trades",
+        &[("Authorization", &basic("alice", "wrong"))],
+    );
+    assert_eq!(status, 401, "{text}");
+    assert!(text.contains("unknown user or wrong password"), "{text}");
+    let (status, _, _) = raw_upgrade(
+        addr,
+        "/trades",
+        &[("Authorization", &basic("mallory", "x"))],
+    );
+    assert_eq!(status, 401);
+    let (status, text, _) = raw_upgrade(addr, "/trades", &[("Authorization", "Digest abc")]);
+    assert_eq!(status, 401);
+    assert!(text.contains("not Basic or Bearer"), "{text}");
+    // credentials in the query string are never interpreted
+    let (status, text, _) = raw_upgrade(addr, &format!("/trades?access_token={BOB_TOKEN}"), &[]);
+    assert_eq!(status, 401, "{text}");
+    // bob publishes with his token; alice sees the rows
+    let bearer = format!("Bearer {BOB_TOKEN}");
+    let mut p = ws_with(&w.server, "/trades?publish", &[("authorization", &bearer)]).unwrap();
+    greeting(&mut p);
+    let rows: Vec<String> = (1..=3).map(|i| trade(i, "AUTH")).collect();
+    let acks = publish_on(&mut p, &rows);
+    assert_eq!(acks, vec![Some(1), Some(2), Some(3)]);
+    for (i, row) in rows.iter().enumerate() {
+        let f = recv_text(&mut ws);
+        assert!(
+            f.contains(&format!("\"trade_id\":{}", i + 1)),
+            "{f} vs {row}"
+        );
+    }
+    let (status, text, _) = raw_upgrade(addr, "/trades", &[("authorization", "Bearer nope")]);
+    assert_eq!(status, 401);
+    assert!(text.contains("error=\"invalid_token\""), "{text}");
+    drop(w);
+}
+
+#[test]
+fn jwts_from_the_header_and_the_cookie() {
+    let w = world("");
+    let addr = w.server.addr;
+    let good = jwt("carol", 300, Some(r#"{"data.read":["trades"]}"#), HS_SECRET);
+    let mut ws = ws_with(
+        &w.server,
+        "/trades",
+        &[("authorization", &format!("Bearer {good}"))],
+    )
+    .expect("a valid JWT reads trades");
+    greeting(&mut ws);
+    let (status, _, _) = raw_upgrade(
+        addr,
+        "/trades?publish",
+        &[("authorization", &format!("Bearer {good}"))],
+    );
+    assert_eq!(status, 403, "the claim grants data.read only");
+    // the cookie (what a same-origin browser page sends)
+    let cookie = format!("theme=dark; cc_token={good}");
+    let mut ws = ws_with(
+        &w.server,
+        "/trades",
+        &[("cookie", &cookie), ("origin", "https://app.example")],
+    )
+    .expect("a JWT cookie reads trades");
+    greeting(&mut ws);
+    // expired, bad signature, missing sub, grants claim malformed
+    let cases = [
+        (
+            jwt(
+                "carol",
+                -120,
+                Some(r#"{"data.read":["trades"]}"#),
+                HS_SECRET,
+            ),
+            "expired",
+        ),
+        (
+            jwt(
+                "carol",
+                300,
+                Some(r#"{"data.read":["trades"]}"#),
+                "another-secret-of-at-least-32-bytes!!",
+            ),
+            "signature",
+        ),
+        (
+            jwt("carol", 300, Some(r#"{"data.reed":["trades"]}"#), HS_SECRET),
+            "unknown action",
+        ),
+        (
+            jwt("carol", 300, Some(r#"["trades"]"#), HS_SECRET),
+            "not an object",
+        ),
+    ];
+    for (token, expect) in cases {
+        let (status, text, _) = raw_upgrade(
+            addr,
+            "/trades",
+            &[("authorization", &format!("Bearer {token}"))],
+        );
+        assert_eq!(status, 401, "{expect}: {text}");
+        assert!(text.contains(expect), "{expect}: {text}");
+        assert!(text.contains("error=\"invalid_token\""), "{text}");
+    }
+    // alg confusion: a token signed HS384 is refused by an HS256 broker
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let hs384 = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS384),
+        &serde_json::json!({"sub":"carol","exp":now+300}),
+        &jsonwebtoken::EncodingKey::from_secret(HS_SECRET.as_bytes()),
+    )
+    .unwrap();
+    let (status, text, _) = raw_upgrade(
+        addr,
+        "/trades",
+        &[("authorization", &format!("Bearer {hs384}"))],
+    );
+    assert_eq!(status, 401, "{text}");
+    // a JWT without a grants claim gets the grants declared for its sub
+    let as_alice = jwt("alice", 300, None, HS_SECRET);
+    let mut ws = ws_with(
+        &w.server,
+        "/trades",
+        &[("authorization", &format!("Bearer {as_alice}"))],
+    )
+    .unwrap();
+    greeting(&mut ws);
+    let (status, _, _) = raw_upgrade(
+        addr,
+        "/secret",
+        &[("authorization", &format!("Bearer {as_alice}"))],
+    );
+    assert_eq!(status, 403);
+}
+
+#[test]
+fn http_endpoints_refuse_and_filter_by_grant() {
+    let w = world("");
+    let addr = w.server.addr;
+    let alice = basic("alice", ALICE_PW);
+    let bearer = format!("Bearer {BOB_TOKEN}");
+    // SSE
+    let r = http_get_from(addr, None, "/trades/events", &[]);
+    assert_eq!(r.status, 401, "{}", r.text());
+    assert!(r.header("www-authenticate").is_some());
+    let r = http_get_from(addr, None, "/secret/events", &[("authorization", &alice)]);
+    assert_eq!(r.status, 403, "{}", r.text());
+    let sse = SseStream::open(addr, None, "/trades/events", &[("authorization", &alice)]);
+    assert_eq!(sse.status, 200);
+    drop(sse);
+    // the catalog lists only what the caller may read
+    let r = http_get_from(addr, None, "/v1/streams", &[("authorization", &alice)]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(json_names(&r.json(), "streams"), vec!["trades".to_string()]);
+    let r = http_get_from(addr, None, "/v1/streams", &[]);
+    assert_eq!(json_names(&r.json(), "streams"), vec!["public".to_string()]);
+    let r = http_get_from(
+        addr,
+        None,
+        "/v1/streams/secret",
+        &[("authorization", &alice)],
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+    let r = http_get_from(
+        addr,
+        None,
+        "/v1/streams/nonexistent/rows",
+        &[("authorization", &alice)],
+    );
+    assert_eq!(r.status, 403, "no lookup before the grant: {}", r.text());
+    // /stats and /metrics: alice sees trades only; bob has no stats.read: 403; anonymous: 401
+    let r = http_get_from(addr, None, "/stats", &[("authorization", &alice)]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(json_names(&r.json(), "streams"), vec!["trades".to_string()]);
+    let r = http_get_from(addr, None, "/metrics", &[("authorization", &alice)]);
+    assert_eq!(r.status, 200);
+    let m = r.text();
+    assert!(
+        m.contains("corecast_rows_in_total{stream=\"trades\"}"),
+        "{m}"
+    );
+    assert!(!m.contains("stream=\"secret\""), "secret is hidden");
+    assert!(!m.contains("stream=\"public\""), "public is hidden");
+    assert!(m.contains("corecast_auth_failures_total{reason=\"bad_password\"}"));
+    let r = http_get_from(addr, None, "/stats", &[("authorization", &bearer)]);
+    assert_eq!(r.status, 403, "{}", r.text());
+    let r = http_get_from(addr, None, "/metrics", &[]);
+    assert_eq!(r.status, 401);
+    // a pull cursor issued to bob is refused to alice, from the same address
+    let mut p = ws_with(&w.server, "/trades?publish", &[("authorization", &bearer)]).unwrap();
+    greeting(&mut p);
+    publish_on(&mut p, &[trade(1, "CUR"), trade(2, "CUR")]);
+    let r = http_get_from(
+        addr,
+        None,
+        "/v1/streams/trades/rows?limit=1",
+        &[("authorization", &bearer)],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let cursor = r
+        .json()
+        .get("next_cursor")
+        .and_then(|c| c.as_str())
+        .map(String::from)
+        .expect("cursor");
+    let path = format!("/v1/streams/trades/rows?limit=1&cursor={cursor}");
+    let r = http_get_from(addr, None, &path, &[("authorization", &bearer)]);
+    assert_eq!(r.status, 200, "bob resumes: {}", r.text());
+    let r = http_get_from(addr, None, &path, &[("authorization", &alice)]);
+    assert_eq!(
+        r.status,
+        400,
+        "alice may not use bob's cursor: {}",
+        r.text()
+    );
+    assert!(r.text().contains("cursor"), "{}", r.text());
+    // ingest: 403 before the body is read (none is sent)
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "POST /v1/streams/trades/ingest HTTP/1.1\r\nHost: x\r\nAuthorization: {alice}\r\nContent-Type: application/vnd.apache.arrow.stream\r\nContent-Length: 1000000\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 403"), "{text}");
+}
+
+#[test]
+fn origins_not_on_the_list_are_refused() {
+    let w = world("");
+    let addr = w.server.addr;
+    let (status, text, _) = raw_upgrade(addr, "/public", &[("Origin", "https://evil.example")]);
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("forbidden_origin"), "{text}");
+    let mut ws = ws_with(&w.server, "/public", &[("origin", "https://app.example")]).unwrap();
+    greeting(&mut ws);
+    let mut ws = ws_with(&w.server, "/public", &[]).expect("no Origin: not a browser");
+    greeting(&mut ws);
+    // CORS for the pull API and SSE follows the same list
+    let alice = basic("alice", ALICE_PW);
+    let r = http_get_from(
+        addr,
+        None,
+        "/v1/streams/trades",
+        &[("authorization", &alice), ("origin", "https://app.example")],
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
+    let r = http_get_from(
+        addr,
+        None,
+        "/v1/streams/trades",
+        &[
+            ("authorization", &alice),
+            ("origin", "https://evil.example"),
+        ],
+    );
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        None,
+        "the page may not read it"
+    );
+    let sse = SseStream::open(
+        addr,
+        None,
+        "/public/events",
+        &[("origin", "https://app.example")],
+    );
+    assert_eq!(sse.status, 200);
+    assert_eq!(
+        sse.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
+    drop(sse);
+    // the preflight of a credentialed fetch: no credentials, answered from the list
+    let preflight = |origin: &str| {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "OPTIONS /v1/streams/trades/rows HTTP/1.1\r\nHost: x\r\nOrigin: {origin}\r\nAccess-Control-Request-Method: GET\r\nAccess-Control-Request-Headers: authorization\r\n\r\n").unwrap();
+        let mut t = String::new();
+        s.read_to_string(&mut t).unwrap();
+        t
+    };
+    let ok = preflight("https://app.example");
+    assert!(ok.starts_with("HTTP/1.1 204"), "{ok}");
+    assert!(
+        ok.contains("access-control-allow-headers: authorization"),
+        "{ok}"
+    );
+    assert!(preflight("https://evil.example").starts_with("HTTP/1.1 403"));
+}
+
+#[test]
+fn failures_are_rate_limited_per_address() {
+    let w = world("");
+    drop(w);
+    let setup = Setup::new();
+    let alice = hash_password(ALICE_PW);
+    let cfg_text = config_text(&alice, &hash_token(BOB_TOKEN), "")
+        .replace(
+            "max_failures_per_minute = 1000",
+            "max_failures_per_minute = 3",
+        )
+        .replace(
+            "grants = { \"data.read\" = [\"public\"] }",
+            "grants = { \"data.read\" = [\"public\"], \"stats.read\" = [\"*\"] }",
+        );
+    let cfg = setup.config(&cfg_text);
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let addr = server.addr;
+    for _ in 0..3 {
+        let (status, _, _) = raw_upgrade(
+            addr,
+            "/trades",
+            &[("Authorization", &basic("alice", "bad"))],
+        );
+        assert_eq!(status, 401);
+    }
+    let t = Instant::now();
+    let (status, text, _) = raw_upgrade(
+        addr,
+        "/trades",
+        &[("Authorization", &basic("alice", ALICE_PW))],
+    );
+    assert_eq!(status, 429, "{text}");
+    assert!(text.contains("retry-after: "), "{text}");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "no password check ran"
+    );
+    // anonymous requests carry no credentials: not limited
+    let mut ws = ws_with(&server, "/public", &[]).unwrap();
+    greeting(&mut ws);
+    let m = http_get_from(addr, None, "/metrics", &[]).text();
+    assert!(
+        m.contains("corecast_auth_failures_total{reason=\"rate_limited\"} 1"),
+        "{m}"
+    );
+    let _ = setup;
+}
+
+#[test]
+fn sighup_reloads_principals_and_grants() {
+    let w = world("");
+    let addr = w.server.addr;
+    let alice = basic("alice", ALICE_PW);
+    let mut live = ws_with(&w.server, "/trades", &[("authorization", &alice)]).unwrap();
+    greeting(&mut live);
+    // take alice's grant away, add dave
+    let dave_hash = hash_password("dave-pw");
+    let text = config_text(&w.alice, &w.bob, &format!(
+        "\n[auth.principals.dave]\npassword = \"{dave_hash}\"\ngrants = {{ \"data.read\" = [\"*\"] }}\n"
+    ))
+    .replace(
+        "grants = { \"data.read\" = [\"trades\"], \"stats.read\" = [\"trades\"] }",
+        "grants = { \"stats.read\" = [\"trades\"] }",
+    );
+    w.setup.config(&text);
+    let pid = w.server.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, _, _) = raw_upgrade(addr, "/trades", &[("Authorization", &alice)]);
+        if status == 403 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the reload never took effect ({status})"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut ws = ws_with(
+        &w.server,
+        "/secret",
+        &[("authorization", &basic("dave", "dave-pw"))],
+    )
+    .unwrap();
+    greeting(&mut ws);
+    // a bad config is refused and the policy kept
+    std::fs::write(
+        w.setup.tmp.path().join("corecast.toml"),
+        "[auth]\nbogus = 1\n",
+    )
+    .unwrap();
+    assert!(std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    std::thread::sleep(Duration::from_millis(500));
+    let mut ws = ws_with(
+        &w.server,
+        "/secret",
+        &[("authorization", &basic("dave", "dave-pw"))],
+    )
+    .unwrap();
+    greeting(&mut ws);
+    assert!(
+        w.server.stderr().contains("SIGHUP: not reloaded"),
+        "{}",
+        w.server.stderr()
+    );
+    // the connection admitted before the reload keeps running
+    let mut p = ws_with(
+        &w.server,
+        "/trades?publish",
+        &[("authorization", &format!("Bearer {BOB_TOKEN}"))],
+    )
+    .unwrap();
+    greeting(&mut p);
+    publish_on(&mut p, &[trade(7, "HUP")]);
+    let f = recv_text(&mut live);
+    assert!(f.contains("\"trade_id\":7"), "{f}");
+}
+
+#[test]
+fn bad_auth_config_is_refused_naming_the_key() {
+    let setup = Setup::new();
+    let data = setup.data();
+    let cases: [(&str, &str); 6] = [
+        (
+            "[auth.principals.alice]\npassword = \"hunter2\"\n",
+            "auth.principals.alice.password",
+        ),
+        (
+            "[auth.principals.alice]\ntokens = [\"abc\"]\n",
+            "auth.principals.alice.tokens[0]",
+        ),
+        (
+            "[auth.principals.alice]\ngrants = { \"data.write\" = [\"trades\"] }\n",
+            "unknown action \"data.write\"",
+        ),
+        (
+            "[auth.jwt]\nalgorithm = \"HS256\"\nsecret = \"short\"\n",
+            "at least 32 bytes",
+        ),
+        ("[auth.jwt]\nalgorithm = \"none\"\n", "auth.jwt.algorithm"),
+        (
+            "allowed_origins = [\"https://a.example/x\"]\n",
+            "allowed_origins",
+        ),
+    ];
+    for (body, expect) in cases {
+        let cfg = setup.config(&format!("{body}\n[[stream]]\nname = \"t\"\n"));
+        let out = corecast_run(
+            &[
+                "serve",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--data",
+                data.to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            None,
+            Duration::from_secs(30),
+        );
+        assert_eq!(out.code, Some(2), "{body}: {}", out.stderr);
+        assert!(out.stderr.contains(expect), "{body}: {}", out.stderr);
+        assert!(
+            !out.stderr.contains("hunter2"),
+            "the secret is never echoed: {}",
+            out.stderr
+        );
+    }
+    // the CLI refuses an empty password
+    let out = corecast_run(&["hash-password"], Some(b""), Duration::from_secs(30));
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+}
+
+#[test]
+fn an_open_broker_says_so_once() {
+    let setup = Setup::new();
+    let server = Server::start(None, &setup.data(), &[]);
+    let mut ws = ws_connect(&server.url("/trades"));
+    greeting(&mut ws);
+    let log = server.stderr();
+    assert_eq!(log.matches("no [auth] section").count(), 1, "{log}");
+}
+
+#[test]
+fn the_official_client_signs_in_with_userinfo() {
+    let Some(py) = anchor_python(&["CORECAST_REQUIRE_ANCHOR"]) else {
+        return;
+    };
+    let w = world("");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/auth/official_client.py");
+    let out = std::process::Command::new(py)
+        .arg(script)
+        .arg(w.server.addr.to_string())
+        .arg(ALICE_PW)
+        .arg(BOB_TOKEN)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "official_client.py failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(report["rows"], 3, "{report}");
+    assert_eq!(report["wrong_password_status"], 401, "{report}");
+    assert_eq!(report["publish_denied_status"], 403, "{report}");
+}
+
+const ERIN_TOKEN: &str = "erin-token-55aa";
+
+fn erin_and_admin(admin_hash: &str) -> String {
+    format!(
+        r#"
+[auth.principals.erin]
+tokens = ["{}"]
+grants = {{ "data.read" = ["trades"], "data.publish" = ["trades"] }}
+max_connections = 3
+max_subscriptions = 2
+max_publishers = 1
+
+[auth.principals.admin]
+password = "{admin_hash}"
+grants = {{ "control.mutate" = ["*"] }}
+"#,
+        hash_token(ERIN_TOKEN)
+    )
+}
+
+#[test]
+fn a_principal_over_its_caps_gets_429_before_the_upgrade() {
+    let w = world(&erin_and_admin(&hash_password("admin-pw")));
+    let addr = w.server.addr;
+    let erin = format!("Bearer {ERIN_TOKEN}");
+    let h = [("authorization", erin.as_str())];
+    let mut s1 = ws_with(&w.server, "/trades", &h).unwrap();
+    greeting(&mut s1);
+    let mut s2 = ws_with(&w.server, "/trades", &h).unwrap();
+    greeting(&mut s2);
+    let (status, text, _) = raw_upgrade(addr, "/trades", &[("Authorization", &erin)]);
+    assert_eq!(status, 429, "{text}");
+    assert!(text.contains("max_subscriptions of 2"), "{text}");
+    assert!(text.contains("retry-after: 5"), "{text}");
+    let mut p1 = ws_with(&w.server, "/trades?publish", &h).unwrap();
+    greeting(&mut p1);
+    // three connections open: a fourth of any kind is over max_connections
+    let r = http_get_from(addr, None, "/v1/streams/trades", &h);
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert!(r.text().contains("max_connections of 3"), "{}", r.text());
+    // one closes: room again (once the server has seen the close)
+    s1.close(None).ok();
+    let _ = s1.read();
+    drop(s1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match ws_with(&w.server, "/trades", &h) {
+            Ok(mut s) => {
+                greeting(&mut s);
+                break;
+            }
+            Err(429) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Err(code) => panic!("no room after a close: {code}"),
+        }
+    }
+    // caps are per principal: alice is not affected
+    let mut a = ws_with(
+        &w.server,
+        "/trades",
+        &[("authorization", &basic("alice", ALICE_PW))],
+    )
+    .unwrap();
+    greeting(&mut a);
+}
+
+fn revoke_cli(addr: SocketAddr, who: &str, env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(corecast_bin())
+        .args(["revoke", &format!("http://{addr}"), who])
+        .env_remove("CORECAST_TOKEN")
+        .env_remove("CORECAST_USER")
+        .env_remove("CORECAST_PASSWORD")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn revoking_a_principal_closes_its_sockets_and_refuses_it_until_reload() {
+    let w = world(&erin_and_admin(&hash_password("admin-pw")));
+    let addr = w.server.addr;
+    let erin = format!("Bearer {ERIN_TOKEN}");
+    let h = [("authorization", erin.as_str())];
+    let mut sub = ws_with(&w.server, "/trades", &h).unwrap();
+    greeting(&mut sub);
+    let mut publ = ws_with(&w.server, "/trades?publish", &h).unwrap();
+    greeting(&mut publ);
+    let mut sse = SseStream::open(addr, None, "/trades/events", &h);
+    assert_eq!(sse.status, 200);
+    let mut alice = ws_with(
+        &w.server,
+        "/trades",
+        &[("authorization", &basic("alice", ALICE_PW))],
+    )
+    .unwrap();
+    greeting(&mut alice);
+    // alice may not revoke (no control.mutate), nor may anyone without credentials
+    let (code, _, err) = revoke_cli(
+        addr,
+        "erin",
+        &[("CORECAST_USER", "alice"), ("CORECAST_PASSWORD", ALICE_PW)],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("HTTP 403"), "{err}");
+    let (code, _, err) = revoke_cli(addr, "erin", &[]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("HTTP 401"), "{err}");
+    let t = Instant::now();
+    let (code, out, err) = revoke_cli(
+        addr,
+        "erin",
+        &[
+            ("CORECAST_USER", "admin"),
+            ("CORECAST_PASSWORD", "admin-pw"),
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("revoked erin: 3 open connection(s)"), "{out}");
+    assert_eq!(
+        recv_close(&mut sub),
+        (1008, r#"{"error":"revoked"}"#.to_string())
+    );
+    assert_eq!(
+        recv_close(&mut publ),
+        (1008, r#"{"error":"revoked"}"#.to_string())
+    );
+    let end = loop {
+        match sse.next_event(Duration::from_secs(10)) {
+            Some((_, ev, data)) if ev == "end" => break data,
+            Some(_) => continue,
+            None => panic!("no end event"),
+        }
+    };
+    assert_eq!(end, r#"{"reason":"revoked"}"#);
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "closed promptly: {:?}",
+        t.elapsed()
+    );
+    // refused from now on, with a 403 that says why; alice keeps reading
+    let (status, text, _) = raw_upgrade(addr, "/trades", &[("Authorization", &erin)]);
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("was revoked"), "{text}");
+    let mut p = ws_with(
+        &w.server,
+        "/trades?publish",
+        &[("authorization", &format!("Bearer {BOB_TOKEN}"))],
+    )
+    .unwrap();
+    greeting(&mut p);
+    publish_on(&mut p, &[trade(42, "REV")]);
+    assert!(recv_text(&mut alice).contains("\"trade_id\":42"));
+    // SIGHUP reloads the config: erin is back
+    let pid = w.server.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match ws_with(&w.server, "/trades", &h) {
+            Ok(mut s) => {
+                greeting(&mut s);
+                break;
+            }
+            Err(403) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            Err(code) => panic!("erin not back after SIGHUP: {code}"),
+        }
+    }
+}
