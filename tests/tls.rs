@@ -636,3 +636,83 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2])))
     }
     srv.stop();
 }
+
+/// TLS and authentication together: the official client signs in with
+/// `wss://alice:PASSWORD@localhost:PORT/trades` (HTTP Basic inside the TLS session), publishes and
+/// reads back; a wrong password is refused 401 before the upgrade.
+#[test]
+fn the_official_client_signs_in_over_wss() {
+    let Some(py) = support::anchor_python(&["CORECAST_REQUIRE_ANCHOR"]) else {
+        return;
+    };
+    let setup = Setup::new();
+    let ca = ca(setup.tmp.path(), "one");
+    write_pair(setup.tmp.path(), &server_pair(&ca));
+    let password = "tls and basic together";
+    let hashed = corecast_run(
+        &["hash-password"],
+        Some(password.as_bytes()),
+        Duration::from_secs(60),
+    );
+    assert_eq!(hashed.code, Some(0), "{hashed:?}");
+    let cfg = tls_config(
+        &setup,
+        &format!(
+            "\n[auth.principals.alice]\npassword = \"{}\"\ngrants = {{ \"data.read\" = [\"trades\"], \"data.publish\" = [\"trades\"] }}\n",
+            hashed.stdout.trim()
+        ),
+    );
+    let srv = start(&setup, &cfg);
+    let port = srv.addr.port();
+    let script = r#"
+import asyncio, json, sys
+from urllib.parse import quote
+import streamcast
+
+def status_of(exc):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        code = getattr(getattr(exc, "response", None), "status_code", None)
+        if code is not None:
+            return code
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+async def main(port, password):
+    url = f"wss://alice:{quote(password, safe='')}@localhost:{port}/trades"
+    rows = [{"event_ts": 1, "price": 1.5, "amount": 2.0, "side": 1, "symbol": "TLSAUTH", "trade_id": i}
+            for i in range(3)]
+    async with streamcast.publish(url) as pub:
+        offsets = await pub.send_many(rows)
+    got = []
+    async with streamcast.connect(url, offset=0) as sub:
+        for _ in range(3):
+            async with asyncio.timeout(10):
+                got.append((await sub.recv())[2]["trade_id"])
+    try:
+        async with streamcast.connect(f"wss://alice:wrong@localhost:{port}/trades") as sub:
+            wrong = "accepted"
+    except Exception as e:
+        wrong = status_of(e)
+    print(json.dumps({"offsets": offsets, "got": got, "wrong": wrong}))
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"#;
+    let o = Command::new(&py)
+        .args(["-c", script, &port.to_string(), password])
+        .env("SSL_CERT_FILE", &ca.pem)
+        .output()
+        .expect("python");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let report: sonic_rs::Value = sonic_rs::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(report["got"].to_string(), "[0,1,2]", "{text}");
+    assert_eq!(report["offsets"].to_string(), "[1,2,3]", "{text}");
+    assert_eq!(report["wrong"].to_string(), "401", "{text}");
+    srv.stop();
+}
