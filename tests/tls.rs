@@ -20,6 +20,8 @@ use support::{corecast_run, split_frame, trade, try_start_server_at, Server, Set
 struct Ca {
     pem: PathBuf,
     issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    /// The CA key's SubjectPublicKeyInfo (DER): what Chromium is told to trust.
+    spki: Vec<u8>,
 }
 
 fn ca(dir: &Path, name: &str) -> Ca {
@@ -37,9 +39,11 @@ fn ca(dir: &Path, name: &str) -> Ca {
     let cert = params.self_signed(&key).expect("ca cert");
     let pem = dir.join(format!("{name}.ca.pem"));
     std::fs::write(&pem, cert.pem()).unwrap();
+    let spki = rcgen::PublicKeyData::subject_public_key_info(&key);
     Ca {
         pem,
         issuer: rcgen::Issuer::new(params, key),
+        spki,
     }
 }
 
@@ -715,4 +719,131 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
     assert_eq!(report["offsets"].to_string(), "[1,2,3]", "{text}");
     assert_eq!(report["wrong"].to_string(), "401", "{text}");
     srv.stop();
+}
+
+/// Headless Chromium subscribes over wss:// with the test CA trusted (its key's SPKI hash in
+/// `--ignore-certificate-errors-spki-list`, which Chromium matches against every certificate of
+/// the chain the server presents: here the full chain, leaf then CA) and reports every row, in
+/// order.
+#[test]
+fn chromium_subscribes_over_wss() {
+    let chrome = ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find(|c| has(c))
+        .map(|c| c.to_string());
+    let Some(chrome) = chrome else {
+        assert!(
+            std::env::var_os("CORECAST_REQUIRE_BROWSER").is_none(),
+            "CORECAST_REQUIRE_BROWSER is set but no chromium is installed"
+        );
+        eprintln!("SKIPPED: no chromium (apt-get install -y chromium)");
+        return;
+    };
+    let setup = Setup::new();
+    let ca = ca(setup.tmp.path(), "one");
+    // the full chain, leaf then CA: Chromium matches the trusted key against the chain presented
+    let (leaf, key) = server_pair(&ca);
+    let chain = leaf + &std::fs::read_to_string(&ca.pem).unwrap();
+    write_pair(setup.tmp.path(), &(chain, key));
+    let tls_port = support::dead_port();
+    let cfg = tls_config(&setup, &format!("listen = \"127.0.0.1:{tls_port}\""));
+    let srv = start(&setup, &cfg);
+    let out = corecast_run(
+        &["pub", &srv.url("trades"), "--quiet"],
+        Some(rows(100).as_bytes()),
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let page = format!(
+        r#"<!doctype html><meta charset="utf-8"><script>
+const ws = new WebSocket("wss://localhost:{tls_port}/trades?offset=0");
+let n = 0, last = 0, bad = 0, greeted = false;
+ws.onmessage = (e) => {{
+  if (!greeted) {{ greeted = true; return; }}
+  const f = JSON.parse(e.data);
+  if (f[0] !== last + 1) bad++;
+  last = f[0]; n++;
+  if (n === 100) {{ fetch(`/report?done&n=${{n}}&bad=${{bad}}&last=${{last}}`); ws.close(); }}
+}};
+ws.onerror = () => fetch("/report?error");
+</script>"#
+    );
+    let (page_addr, reports) = page_server(page);
+    use sha2::Digest;
+    let spki_hash = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        sha2::Sha256::digest(&ca.spki),
+    );
+    let profile = tempfile::tempdir().unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let browser = Command::new(chrome)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+        ])
+        .arg(format!("--ignore-certificate-errors-spki-list={spki_hash}"))
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--remote-debugging-port=0")
+        .arg(format!("http://{page_addr}/"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromium");
+    let _guard = Kill(browser);
+    let report = reports
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a report from the page within 60 s");
+    assert_eq!(report, "/report?done&n=100&bad=0&last=100", "{report}");
+    srv.stop();
+}
+
+/// A tiny HTTP server for a test page: serves `page` at `/` and sends each `GET /report?…` it
+/// gets into the channel.
+fn page_server(page: String) -> (std::net::SocketAddr, std::sync::mpsc::Receiver<String>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            c.set_read_timeout(Some(Duration::from_secs(5))).ok();
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                match c.read(&mut chunk) {
+                    Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                    _ => break,
+                }
+            }
+            let head = String::from_utf8_lossy(&buf).into_owned();
+            let target = head.split(' ').nth(1).unwrap_or("/").to_string();
+            let (ctype, body) = if target.starts_with("/report") {
+                let _ = tx.send(target.clone());
+                ("text/plain", "ok".to_string())
+            } else if target == "/" {
+                ("text/html", page.clone())
+            } else {
+                ("text/plain", String::new())
+            };
+            let resp = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = c.write_all(resp.as_bytes());
+        }
+    });
+    (addr, rx)
 }
