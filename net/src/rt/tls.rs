@@ -32,16 +32,22 @@ use monoio::net::TcpStream;
 
 use super::{FrameVec, Watched};
 
-/// Most ciphertext bytes one socket read takes (one full TLS record and its header).
+/// Most ciphertext bytes one socket read takes (one full TLS record and its header). A read
+/// takes the caller's `min_room` within [`READ_MIN_BYTES`, this]: an idle subscriber's read
+/// waits on 512 bytes, as in plaintext, and rustls joins a record that spans several reads.
 const READ_CHUNK_BYTES: usize = 16 * 1024 + 512;
+
+/// Fewest ciphertext bytes one socket read asks for.
+const READ_MIN_BYTES: usize = 512;
 
 /// Most plaintext bytes encrypted before the ciphertext is written: the bound of a TLS
 /// connection's write buffer (four full records; the plaintext path writes shared bytes with no
 /// buffer at all).
 pub const WRITE_CHUNK_BYTES: usize = 64 * 1024;
 
-/// Capacity of the pending buffer kept between writes; a larger one is given back.
-const PENDING_KEPT_BYTES: usize = 2 * WRITE_CHUNK_BYTES;
+/// Capacity of the pending buffer kept between writes (one full record); a larger one, grown
+/// by a large write, is given back when that write ends, so an idle connection keeps little.
+const PENDING_KEPT_BYTES: usize = 16 * 1024 + 512;
 
 /// The first byte of a TLS handshake record.
 const HANDSHAKE_RECORD: u8 = 0x16;
@@ -137,9 +143,18 @@ impl Shared {
             back.clear();
             let mut pending = self.pending.borrow_mut();
             // bytes the reader queued while this write was in flight stay first in line
-            if pending.is_empty() && back.capacity() <= PENDING_KEPT_BYTES {
+            if pending.is_empty() {
                 *pending = back;
             }
+        }
+    }
+
+    /// Gives back the memory of a pending buffer a large write grew (see
+    /// [`PENDING_KEPT_BYTES`]).
+    fn trim_pending(&self) {
+        let mut pending = self.pending.borrow_mut();
+        if pending.is_empty() && pending.capacity() > PENDING_KEPT_BYTES {
+            *pending = Vec::new();
         }
     }
 
@@ -282,6 +297,10 @@ impl TlsRead {
     async fn read_once(&mut self, out: &mut Vec<u8>, max_bytes: usize) -> io::Result<bool> {
         let mut raw = std::mem::take(&mut self.raw);
         raw.clear();
+        if raw.capacity() > max_bytes {
+            // a larger read before (the request head): an idle wait keeps only what it asks
+            raw = Vec::new();
+        }
         raw.reserve(max_bytes);
         let (res, slice) = self.sock.read(raw.slice_mut(0..max_bytes)).await;
         self.raw = slice.into_inner();
@@ -336,7 +355,8 @@ impl TlsRead {
                 Ok(false) => {}
                 Err(e) => return (Err(e), buf),
             }
-            match self.read_once(&mut buf, READ_CHUNK_BYTES).await {
+            let room = min_room.clamp(READ_MIN_BYTES, READ_CHUNK_BYTES);
+            match self.read_once(&mut buf, room).await {
                 Ok(true) if buf.len() == start => return (Ok(0), buf),
                 Ok(_) => {}
                 Err(e) => return (Err(e), buf),
@@ -367,6 +387,9 @@ impl TlsRead {
             }
             let mut raw = std::mem::take(&mut self.raw);
             raw.clear();
+            if raw.capacity() > super::WATCH_CHUNK {
+                raw = Vec::new();
+            }
             raw.reserve(super::WATCH_CHUNK);
             let canceller = Canceller::new();
             let read = self
@@ -450,6 +473,7 @@ impl TlsWrite {
             res = self.shared.write_pending(t.w()).await;
         }
         t.release();
+        self.shared.trim_pending();
         (res, buf)
     }
 
@@ -474,6 +498,7 @@ impl TlsWrite {
             res = self.shared.write_pending(t.w()).await;
         }
         t.release();
+        self.shared.trim_pending();
         if res.is_ok() {
             frames.clear();
         }
