@@ -934,3 +934,63 @@ fn revoking_a_principal_closes_its_sockets_and_refuses_it_until_reload() {
         }
     }
 }
+
+#[test]
+fn sessions_end_at_the_age_limit_and_at_the_jwt_expiry() {
+    let extra = format!(
+        "\n[auth.principals.frank]\ntokens = [\"{}\"]\ngrants = {{ \"data.read\" = [\"trades\"] }}\nmax_subscription_age_s = 2\n",
+        hash_token("frank-token")
+    );
+    let w = world(&extra);
+    let addr = w.server.addr;
+    let frank = [("authorization", "Bearer frank-token")];
+    let t = Instant::now();
+    let mut ws = ws_with(&w.server, "/trades", &frank).unwrap();
+    greeting(&mut ws);
+    let mut sse = SseStream::open(addr, None, "/trades/events", &frank);
+    assert_eq!(sse.status, 200);
+    assert_eq!(
+        recv_close(&mut ws),
+        (1008, r#"{"error":"expired"}"#.to_string())
+    );
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(6),
+        "{waited:?}"
+    );
+    let end = loop {
+        match sse.next_event(Duration::from_secs(10)) {
+            Some((_, ev, data)) if ev == "end" => break data,
+            Some(_) => continue,
+            None => panic!("no end event"),
+        }
+    };
+    assert_eq!(end, r#"{"reason":"expired"}"#);
+    // a JWT's exp ends its sessions too (the client reconnects with a fresh token)
+    let token = jwt("carol", 3, Some(r#"{"data.read":["trades"]}"#), HS_SECRET);
+    let t = Instant::now();
+    let mut ws = ws_with(
+        &w.server,
+        "/trades",
+        &[("authorization", &format!("Bearer {token}"))],
+    )
+    .unwrap();
+    greeting(&mut ws);
+    assert_eq!(
+        recv_close(&mut ws),
+        (1008, r#"{"error":"expired"}"#.to_string())
+    );
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(7),
+        "{waited:?}"
+    );
+    // alice has no age limit: still reading
+    let mut a = ws_with(
+        &w.server,
+        "/trades",
+        &[("authorization", &basic("alice", ALICE_PW))],
+    )
+    .unwrap();
+    greeting(&mut a);
+}

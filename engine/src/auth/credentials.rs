@@ -206,6 +206,7 @@ fn bearer(policy: &Policy, token: &str) -> Result<Identity, Failure> {
 #[derive(serde::Deserialize)]
 struct Claims {
     sub: String,
+    exp: u64,
     #[serde(flatten)]
     rest: BTreeMap<String, serde_json::Value>,
 }
@@ -259,6 +260,8 @@ fn jwt(policy: &Policy, token: &str) -> Result<Identity, Failure> {
     }
     let declared = policy.principals.iter().find(|p| p.name == name);
     let caps = declared.map_or([None; 3], |p| p.caps);
+    let max_age = declared.and_then(|p| p.max_age);
+    let expires_at = Some(data.claims.exp);
     let grants = match data.claims.rest.get(&cfg.grants_claim) {
         Some(value) => {
             let map: BTreeMap<String, Vec<String>> = serde_json::from_value(value.clone())
@@ -288,6 +291,8 @@ fn jwt(policy: &Policy, token: &str) -> Result<Identity, Failure> {
         grants,
         method: Method::Jwt,
         caps,
+        max_age,
+        expires_at,
     })))
 }
 

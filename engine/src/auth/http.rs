@@ -15,10 +15,8 @@ use corecast_net::http::request::Request;
 use corecast_net::http::response::{json_error_body, ResponseHead};
 use corecast_net::ws::handshake::is_upgrade_request;
 
-use std::sync::Arc;
-
 use super::credentials::Failure;
-use super::live::{Kind, Live, Ticket};
+use super::live::{Guard, Kind, Ticket};
 use super::{counters, Action, Auth, Identity, Method};
 
 /// What a request needs to be let through.
@@ -175,8 +173,8 @@ pub async fn gate(auth: &Auth, req: &Request, peer: Option<IpAddr>) -> Result<Id
 #[derive(Debug, Default)]
 pub struct Admission {
     _tickets: Vec<Ticket>,
-    /// `None` on an open broker.
-    pub live: Option<Arc<Live>>,
+    /// What the sessions watch (revocation, deadline); `None` on an open broker.
+    pub guard: Option<Guard>,
 }
 
 /// Whether `req` opens a subscription (a WebSocket reader or an SSE stream).
@@ -230,9 +228,22 @@ pub fn admit(auth: &Auth, who: &Identity, req: &Request) -> Result<Admission, Ve
             }
         }
     }
+    // the session's deadline: its age limit, and its JWT's expiry
+    let now = std::time::Instant::now();
+    let by_age = p.max_age.map(|a| now + a);
+    let by_exp = p.expires_at.map(|exp| {
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        now + std::time::Duration::from_secs(exp.saturating_sub(unix))
+    });
+    let deadline = match (by_age, by_exp) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     Ok(Admission {
         _tickets: tickets,
-        live: Some(live),
+        guard: Some(Guard { live, deadline }),
     })
 }
 

@@ -61,6 +61,10 @@ pub struct Principal {
     pub method: Method,
     /// Its caps ([`config::PrincipalConfig::caps`]).
     pub caps: [Option<u32>; 3],
+    /// How long one of its sessions may last (`max_subscription_age_s`).
+    pub max_age: Option<std::time::Duration>,
+    /// When its credentials expire (a JWT's `exp`, Unix seconds): its sessions end then.
+    pub expires_at: Option<u64>,
 }
 
 /// Who a request acts as.
@@ -113,6 +117,8 @@ impl Policy {
                     grants: p.grants.clone(),
                     method: Method::Basic,
                     caps: p.caps,
+                    max_age: p.max_age,
+                    expires_at: None,
                 })
             })
             .collect::<Vec<_>>();

@@ -119,7 +119,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             return;
         }
     };
-    let live = admission.live.clone();
+    let guard = admission.guard.clone();
     let name = req.path.strip_prefix('/').unwrap_or(&req.path).to_string();
     if !is_upgrade_request(&req) {
         if let Some(resp) =
@@ -134,7 +134,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             return crate::ingest::endpoint::serve(ctx, &req, &stream, rd, wr, leftover).await;
         }
         if let Some(stream) = sse::wants(ctx, &req, &name) {
-            return sse::serve(ctx, &req, stream, peer, rd, wr, &who, live).await;
+            return sse::serve(ctx, &req, stream, peer, rd, wr, &who, guard).await;
         }
         let client = pull::Client {
             peer,
@@ -237,7 +237,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
                 WsReader::new(rd, leftover, max, READ_ROOM),
                 wr,
                 eo,
-                live,
+                guard,
             )
             .await;
         }
@@ -294,7 +294,24 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             }
             ctx.register(&signal);
             let ws = WsReader::new(rd, leftover, TRANSPORT_MAX_BYTES, SUBSCRIBER_READ_ROOM);
-            subscriber::run(ctx.clone(), st, ws, wr, start, filter, signal, live).await;
+            if let Some(deadline) = guard.as_ref().and_then(|g| g.deadline) {
+                // an idle subscriber is woken at its deadline to close (1008 expired); the
+                // timer looks at least once a minute whether the session is still there, so
+                // it outlives a closed one by a minute at most
+                let weak = Rc::downgrade(&signal);
+                rt::spawn(async move {
+                    loop {
+                        let left = deadline.saturating_duration_since(std::time::Instant::now());
+                        rt::sleep(left.min(Duration::from_secs(60))).await;
+                        let Some(s) = weak.upgrade() else { return };
+                        if std::time::Instant::now() >= deadline {
+                            s.raise();
+                            return;
+                        }
+                    }
+                });
+            }
+            subscriber::run(ctx.clone(), st, ws, wr, start, filter, signal, guard).await;
         }
     }
 }
