@@ -95,22 +95,25 @@ pub async fn authenticate(
         };
     }
     let now = Instant::now();
-    if let Err(secs) = limiter.check(peer, now) {
+    if let Err(secs) = limiter.take(peer, now) {
         counters::fail("rate_limited");
         return Err(Failure::RateLimited(secs));
     }
     let result = match (header, jwt_cookie) {
         (Some(h), _) => {
-            let (scheme, rest) = h.split_once(' ').unwrap_or((h, ""));
+            let (scheme, rest) = h
+                .split_once(|c: char| c.is_ascii_whitespace())
+                .unwrap_or((h, ""));
             let rest = rest.trim();
             if scheme.eq_ignore_ascii_case("basic") {
                 basic(policy, verifier, rest).await
             } else if scheme.eq_ignore_ascii_case("bearer") {
                 bearer(policy, rest)
             } else {
+                // never echoed: a client that forgot the scheme sent its secret as one
                 Err(unauthenticated(
                     "malformed",
-                    format!("the Authorization scheme {scheme:?} is not Basic or Bearer"),
+                    "the Authorization header is not `Basic …` or `Bearer …`",
                     false,
                 ))
             }
@@ -121,9 +124,11 @@ pub async fn authenticate(
     match &result {
         Ok(_) => {
             counters::SUCCEEDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            limiter.release(peer);
         }
-        Err(Failure::Unauthenticated { .. }) => limiter.fail(peer, now),
-        Err(_) => {}
+        // the attempt taken above stays counted as a failure
+        Err(Failure::Unauthenticated { .. }) => {}
+        Err(_) => limiter.release(peer),
     }
     result
 }

@@ -63,11 +63,8 @@ pub fn need(req: &Request) -> Need<'_> {
         }
         return Need::Authenticated;
     }
-    match name {
-        "stats" | "metrics" => return Need::Any(Action::StatsRead),
-        "" | "v1/streams" => return Need::Authenticated,
-        _ => {}
-    }
+    // in the router's order (session/conn.rs): SSE is tried before /stats and /metrics, so a
+    // stream named `stats` asked for with `Accept: text/event-stream` is that stream
     if req.method == "GET" {
         if let Some(stream) = name.strip_suffix("/events") {
             if !stream.is_empty() && !stream.contains('/') {
@@ -77,11 +74,14 @@ pub fn need(req: &Request) -> Need<'_> {
         let sse = req
             .headers_all("accept")
             .any(|v| v.to_ascii_lowercase().contains("text/event-stream"));
-        if sse && !name.contains('/') {
+        if sse && !name.is_empty() && !name.contains('/') {
             return Need::On(Action::DataRead, name);
         }
     }
-    Need::Authenticated
+    match name {
+        "stats" | "metrics" => Need::Any(Action::StatsRead),
+        _ => Need::Authenticated,
+    }
 }
 
 /// Whether `who` meets `need`.
@@ -263,13 +263,40 @@ pub fn revoke(auth: &Auth, req: &Request, wake: impl FnOnce()) -> Option<Vec<u8>
             &[("allow", "POST")],
         ));
     }
-    if name.is_empty() || name.contains('/') {
+    if name.is_empty() {
         return Some(refusal(
             400,
             "bad_request",
             "no principal name in the path",
             &[],
         ));
+    }
+    // not from a cross-site form (CSRF): forms cannot send JSON, and a browser page must be on
+    // the allowed-origins list — an explicit one
+    let json = req.header("content-type").is_some_and(|c| {
+        c.trim()
+            .to_ascii_lowercase()
+            .starts_with("application/json")
+    });
+    if !json {
+        return Some(refusal(
+            415,
+            "unsupported_media_type",
+            "a revocation is sent with Content-Type: application/json",
+            &[],
+        ));
+    }
+    if let Some(origin) = req.header("origin") {
+        let origins = auth.origins();
+        if !origins.restricted() || !origins.allows(origin) {
+            counters::ORIGIN_REFUSED.fetch_add(1, Ordering::Relaxed);
+            return Some(refusal(
+                403,
+                "forbidden_origin",
+                "a revocation from a browser page needs its origin in allowed_origins",
+                &[],
+            ));
+        }
     }
     if auth.policy().is_none() {
         return Some(refusal(

@@ -94,6 +94,18 @@ impl Identity {
     }
 }
 
+/// Warns about a config that is valid but unsafe: a JWT cookie without `allowed_origins` lets
+/// any site's page open a WebSocket with the user's cookie (cross-site WebSocket hijacking).
+pub fn warn_about(cfg: &crate::config::Config) {
+    if let Some(a) = &cfg.auth {
+        if a.cookie.is_some() && !cfg.allowed_origins.restricted() {
+            tracing::warn!(
+                "[auth] cookie is set but allowed_origins is not: any web page can open a WebSocket with your users' cookie; list your sites' origins"
+            );
+        }
+    }
+}
+
 /// The checked `[auth]` config with its principals ready to hand out.
 pub struct Policy {
     /// The config.

@@ -139,6 +139,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
         let client = pull::Client {
             peer,
             who: &who,
+            guard: guard.as_ref(),
             rd: &mut rd,
             held: &mut leftover,
         };
@@ -176,7 +177,8 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
         }
         return;
     }
-    let intent = route(&name, req.query.as_bytes(), &ctx.shared.registry);
+    let readable = |s: &str| who.allows(Action::DataRead, s);
+    let intent = route(&name, req.query.as_bytes(), &ctx.shared.registry, &readable);
     let intent = match intent {
         Ok(i) => i,
         Err(r) => return refuse(wr, out, r).await,
@@ -411,14 +413,17 @@ fn plain_http(ctx: &ShardCtx, req: &Request, name: &str, who: &Identity) -> Vec<
             .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
             .header("cache-control", "no-cache")
             .finish(metrics::render(&ctx.shared, &shown).as_bytes()),
-        _ if ctx.shared.registry.get(name).is_some() => json_error(
+        // a stream the caller may not read is, to it, no such path
+        _ if ctx.shared.registry.get(name).is_some() && who.allows(Action::DataRead, name) => {
+            json_error(
             404,
             "not_found",
             &format!(
                 "/{name} is a stream: subscribe over WebSocket (ws://HOST/{name}) or Server-Sent Events (GET /{name}/events, or Accept: text/event-stream)"
             ),
             false,
-        ),
+            )
+        }
         _ => json_error(404, "not_found", &format!("no such path: /{name}"), false),
     }
 }

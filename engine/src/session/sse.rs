@@ -115,9 +115,13 @@ pub(crate) enum ClientKey {
 impl ClientKey {
     /// The key of a request from `peer` made as `who`; `None`: not counted per client.
     pub(crate) fn of(peer: Option<IpAddr>, who: &crate::auth::Identity) -> Option<ClientKey> {
-        match who.name() {
-            Some(n) => Some(ClientKey::Principal(n.to_string())),
-            None => peer.map(ClientKey::Addr),
+        match who {
+            // everyone without credentials is `anonymous`: counted by address, or one client
+            // could take every anonymous place
+            crate::auth::Identity::As(p) if p.method != crate::auth::Method::Anonymous => {
+                Some(ClientKey::Principal(p.name.clone()))
+            }
+            _ => peer.map(ClientKey::Addr),
         }
     }
 }
