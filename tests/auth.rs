@@ -1183,3 +1183,30 @@ fn a_syntax_error_on_a_secret_line_does_not_print_the_secret() {
     assert!(out.stderr.contains("secret = <redacted>"), "{}", out.stderr);
     assert!(!out.stderr.contains(HS_SECRET), "{}", out.stderr);
 }
+
+#[test]
+fn max_connections_counts_admitted_connections_only() {
+    let setup = Setup::new();
+    let text = config_text(&hash_password(ALICE_PW), &hash_token(BOB_TOKEN), "").replace(
+        "allowed_origins = [",
+        "max_connections = 2\nallowed_origins = [",
+    );
+    let cfg = setup.config(&text);
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let addr = server.addr;
+    // clients that never finish a head hold no place
+    let idle: Vec<_> = (0..5)
+        .map(|_| std::net::TcpStream::connect(addr).unwrap())
+        .collect();
+    let mut a = ws_with(&server, "/public", &[]).unwrap();
+    greeting(&mut a);
+    let mut b = ws_with(&server, "/public", &[]).unwrap();
+    greeting(&mut b);
+    let (status, text, _) = raw_upgrade(addr, "/public", &[]);
+    assert_eq!(status, 429, "{text}");
+    assert!(
+        text.contains("too_many_connections") && text.contains("retry-after: 1"),
+        "{text}"
+    );
+    drop(idle);
+}

@@ -38,6 +38,26 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// larger `max_message_bytes`.
 pub const TRANSPORT_MAX_BYTES: usize = 1 << 20;
 
+/// One connection past the gate, under `max_connections`; given back on drop.
+struct Admitted<'a>(&'a std::sync::atomic::AtomicI64);
+
+impl<'a> Admitted<'a> {
+    fn take(shared: &'a crate::shard::Shared) -> Option<Admitted<'a>> {
+        let n = shared.admitted.fetch_add(1, Ordering::AcqRel);
+        let slot = Admitted(&shared.admitted);
+        match shared.max_connections {
+            Some(max) if n as u64 >= max => None, // the drop gives it back
+            _ => Some(slot),
+        }
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Serves one accepted connection to its end.
 pub async fn handle(ctx: Rc<ShardCtx>, conn: Conn) {
     ctx.shared.connections.fetch_add(1, Ordering::Relaxed);
@@ -89,24 +109,26 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
         let _ = wr.shutdown().await;
         return;
     }
-    let admitted = match ctx.shared.max_connections {
-        Some(max) if ctx.shared.connections.load(Ordering::Relaxed) as u64 > max => {
-            Err(ResponseHead::new(429)
+    // max_connections counts connections past the gate: clients that never finish a head, or
+    // fail to authenticate, cannot fill it and lock out the ones that can (an operator's revoke)
+    let admitted = crate::auth::gate(&ctx.shared.auth, &req, peer)
+        .await
+        .and_then(|who| crate::auth::http::admit(&ctx.shared.auth, &who, &req).map(|a| (who, a)))
+        .and_then(|x| match Admitted::take(&ctx.shared) {
+            Some(slot) => Ok((x, slot)),
+            None => Err(ResponseHead::new(429)
                 .header("content-type", "application/json")
                 .header("retry-after", "1")
                 .finish(&corecast_net::http::response::json_error_body(
                     "too_many_connections",
-                    &format!("this server holds its max_connections ({max}); try again later"),
+                    &format!(
+                        "this server holds its max_connections ({}); try again later",
+                        ctx.shared.max_connections.unwrap_or(0)
+                    ),
                     true,
-                )))
-        }
-        _ => crate::auth::gate(&ctx.shared.auth, &req, peer)
-            .await
-            .and_then(|who| {
-                crate::auth::http::admit(&ctx.shared.auth, &who, &req).map(|a| (who, a))
-            }),
-    };
-    let (who, admission) = match admitted {
+                ))),
+        });
+    let ((who, admission), _slot) = match admitted {
         Ok(x) => x,
         Err(resp) => {
             let resp = if req.method == "HEAD" {
