@@ -250,6 +250,23 @@ fn jwt(policy: &Policy, token: &str) -> Result<Identity, Failure> {
                 K::InvalidIssuer => ("bad_jwt", "the JWT's iss is not the expected one".into()),
                 K::InvalidAudience => ("bad_jwt", "the JWT's aud does not name this broker".into()),
                 K::MissingRequiredClaim(c) => ("bad_jwt", format!("the JWT has no {c} claim")),
+                K::Json(j) => {
+                    let text = j.to_string();
+                    let why = if let Some(field) = text
+                        .strip_prefix("missing field `")
+                        .and_then(|r| r.split('`').next())
+                    {
+                        format!("the JWT has no {field} claim")
+                    } else if text.contains("unknown variant") {
+                        format!(
+                            "the JWT's header names an algorithm this broker does not take (it takes {:?} only)",
+                            cfg.algorithm
+                        )
+                    } else {
+                        "the JWT's header or claims are not the JSON a JWT holds (exp and nbf are integers, sub a string)".into()
+                    };
+                    ("bad_jwt", why)
+                }
                 _ => ("bad_jwt", format!("not a valid JWT: {e}")),
             };
             return Err(unauthenticated(reason, why, true));

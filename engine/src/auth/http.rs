@@ -156,6 +156,7 @@ pub async fn gate(auth: &Auth, req: &Request, peer: Option<IpAddr>) -> Result<Id
     };
     let message = format!("{} needs {}", principal_label(&p.name), describe(need));
     if p.method == Method::Anonymous {
+        counters::fail("no_credentials");
         // credentials could change the answer: say how to give them
         drop(policy);
         return Err(unauthorized(
@@ -231,7 +232,13 @@ pub fn admit(auth: &Auth, who: &Identity, req: &Request) -> Result<Admission, Ve
     // the session's deadline: its age limit, and its JWT's expiry
     let now = std::time::Instant::now();
     let by_age = p.max_age.map(|a| now + a);
+    // the same leeway as at sign-in: a token admitted within it is not closed at once
+    let leeway = auth
+        .policy()
+        .and_then(|pol| pol.cfg.jwt.as_ref().map(|j| j.leeway.as_secs()))
+        .unwrap_or(0);
     let by_exp = p.expires_at.map(|exp| {
+        let exp = exp.saturating_add(leeway);
         let unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -306,6 +313,9 @@ pub fn revoke(auth: &Auth, req: &Request, wake: impl FnOnce()) -> Option<Vec<u8>
             &[],
         ));
     }
+    let declared = auth
+        .policy()
+        .is_some_and(|p| p.cfg.principals.iter().any(|x| x.name == name));
     let open = auth.board.revoke(name);
     wake();
     tracing::warn!(principal = %short(name), connections = open, "principal revoked");
@@ -316,7 +326,9 @@ pub fn revoke(auth: &Auth, req: &Request, wake: impl FnOnce()) -> Option<Vec<u8>
             .unwrap_or_else(|_| "\"\"".into())
             .as_bytes(),
     );
-    body.extend_from_slice(format!(",\"revoked\":true,\"connections\":{open}}}").as_bytes());
+    body.extend_from_slice(
+        format!(",\"revoked\":true,\"declared\":{declared},\"connections\":{open}}}").as_bytes(),
+    );
     Some(
         ResponseHead::new(200)
             .header("content-type", "application/json")
