@@ -103,6 +103,12 @@ pub fn run(args: RevokeArgs) -> ExitCode {
             .get("connections")
             .and_then(|v| v.as_u64())
             .unwrap_or(0);
+        if body.get("declared").and_then(|v| v.as_bool()) == Some(false) {
+            eprintln!(
+                "corecast: note: no principal {:?} is declared in [auth] (a typo?); a JWT subject of that name is refused all the same",
+                args.principal
+            );
+        }
         println!(
             "revoked {}: {n} open connection(s) closing; refused until the config is reloaded (SIGHUP)",
             args.principal
