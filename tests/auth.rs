@@ -162,6 +162,44 @@ fn greeting(ws: &mut Ws) -> sonic_rs::Value {
     sonic_rs::from_str(&g).unwrap()
 }
 
+/// `corecast serve` on a config that must be refused: its output.
+fn serve_refused(cfg: &Path, data: &Path) -> CliOut {
+    corecast_run(
+        &[
+            "serve",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--data",
+            data.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        None,
+        Duration::from_secs(30),
+    )
+}
+
+/// The data of the SSE stream's `event: end`.
+fn sse_end(sse: &mut SseStream) -> String {
+    loop {
+        match sse.next_event(Duration::from_secs(10)) {
+            Some((_, ev, data)) if ev == "end" => return data,
+            Some(_) => continue,
+            None => panic!("no end event"),
+        }
+    }
+}
+
+/// Sends SIGHUP to the server.
+fn sighup(server: &Server) {
+    let pid = server.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+}
+
 struct World {
     setup: Setup,
     server: Server,
@@ -170,12 +208,17 @@ struct World {
 }
 
 fn world(extra: &str) -> World {
+    world_edited(extra, |t| t)
+}
+
+/// [`world`] with its config text passed through `edit` first.
+fn world_edited(extra: &str, edit: impl Fn(String) -> String) -> World {
     let setup = Setup::new();
     let alice = hash_password(ALICE_PW);
     let bob = hash_token(BOB_TOKEN);
     assert!(alice.starts_with("$argon2id$"), "{alice}");
     assert_eq!(bob.len(), 64, "{bob}");
-    let cfg = setup.config(&config_text(&alice, &bob, extra));
+    let cfg = setup.config(&edit(config_text(&alice, &bob, extra)));
     let server = Server::start(Some(&cfg), &setup.data(), &[]);
     World {
         setup,
@@ -609,12 +652,7 @@ fn sighup_reloads_principals_and_grants() {
         "grants = { \"stats.read\" = [\"trades\"] }",
     );
     w.setup.config(&text);
-    let pid = w.server.child.id().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap()
-        .success());
+    sighup(&w.server);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (status, _, _) = raw_upgrade(addr, "/trades", &[("Authorization", &alice)]);
@@ -640,11 +678,7 @@ fn sighup_reloads_principals_and_grants() {
         "[auth]\nbogus = 1\n",
     )
     .unwrap();
-    assert!(std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap()
-        .success());
+    sighup(&w.server);
     std::thread::sleep(Duration::from_millis(500));
     let mut ws = ws_with(
         &w.server,
@@ -700,19 +734,7 @@ fn bad_auth_config_is_refused_naming_the_key() {
     ];
     for (body, expect) in cases {
         let cfg = setup.config(&format!("{body}\n[[stream]]\nname = \"t\"\n"));
-        let out = corecast_run(
-            &[
-                "serve",
-                "--config",
-                cfg.to_str().unwrap(),
-                "--data",
-                data.to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
-            ],
-            None,
-            Duration::from_secs(30),
-        );
+        let out = serve_refused(&cfg, &data);
         assert_eq!(out.code, Some(2), "{body}: {}", out.stderr);
         assert!(out.stderr.contains(expect), "{body}: {}", out.stderr);
         assert!(
@@ -892,13 +914,7 @@ fn revoking_a_principal_closes_its_sockets_and_refuses_it_until_reload() {
         recv_close(&mut publ),
         (1008, r#"{"error":"revoked"}"#.to_string())
     );
-    let end = loop {
-        match sse.next_event(Duration::from_secs(10)) {
-            Some((_, ev, data)) if ev == "end" => break data,
-            Some(_) => continue,
-            None => panic!("no end event"),
-        }
-    };
+    let end = sse_end(&mut sse);
     assert_eq!(end, r#"{"reason":"revoked"}"#);
     assert!(
         t.elapsed() < Duration::from_secs(5),
@@ -919,12 +935,7 @@ fn revoking_a_principal_closes_its_sockets_and_refuses_it_until_reload() {
     publish_on(&mut p, &[trade(42, "REV")]);
     assert!(recv_text(&mut alice).contains("\"trade_id\":42"));
     // SIGHUP reloads the config: erin is back
-    let pid = w.server.child.id().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap()
-        .success());
+    sighup(&w.server);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         match ws_with(&w.server, "/trades", &h) {
@@ -944,7 +955,10 @@ fn sessions_end_at_the_age_limit_and_at_the_jwt_expiry() {
         "\n[auth.principals.frank]\ntokens = [\"{}\"]\ngrants = {{ \"data.read\" = [\"trades\"] }}\nmax_subscription_age_s = 2\n",
         hash_token("frank-token")
     );
-    let w = world(&extra);
+    // a JWT session ends at exp + leeway_s (the leeway it was admitted with): 1 s here
+    let w = world_edited(&extra, |t| {
+        t.replace("secret = \"", "leeway_s = 1\nsecret = \"")
+    });
     let addr = w.server.addr;
     let frank = [("authorization", "Bearer frank-token")];
     let t = Instant::now();
@@ -961,13 +975,7 @@ fn sessions_end_at_the_age_limit_and_at_the_jwt_expiry() {
         waited >= Duration::from_secs(2) && waited < Duration::from_secs(6),
         "{waited:?}"
     );
-    let end = loop {
-        match sse.next_event(Duration::from_secs(10)) {
-            Some((_, ev, data)) if ev == "end" => break data,
-            Some(_) => continue,
-            None => panic!("no end event"),
-        }
-    };
+    let end = sse_end(&mut sse);
     assert_eq!(end, r#"{"reason":"expired"}"#);
     // a JWT's exp ends its sessions too (the client reconnects with a fresh token)
     let token = jwt("carol", 3, Some(r#"{"data.read":["trades"]}"#), HS_SECRET);
@@ -1166,19 +1174,7 @@ fn a_syntax_error_on_a_secret_line_does_not_print_the_secret() {
         "[[stream]]\nname = \"t\"\n[auth.jwt]\nalgorithm = \"HS256\"\nsecret = \"{HS_SECRET}\n"
     ));
     let data = setup.data();
-    let out = corecast_run(
-        &[
-            "serve",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--data",
-            data.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        None,
-        Duration::from_secs(30),
-    );
+    let out = serve_refused(&cfg, &data);
     assert_eq!(out.code, Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("secret = <redacted>"), "{}", out.stderr);
     assert!(!out.stderr.contains(HS_SECRET), "{}", out.stderr);
