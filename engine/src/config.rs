@@ -394,6 +394,25 @@ struct RawStream {
 }
 
 /// Parses a `published` value (`key` names it in errors).
+/// A config line as an error may show it: the value of a key that holds a secret is replaced
+/// (a syntax error on such a line must not print the secret to the log).
+fn redact_secret(line: &str) -> String {
+    const SECRET_KEYS: [&str; 5] = [
+        "secret",
+        "password",
+        "secret_access_key",
+        "access_key_id",
+        "cursor_key",
+    ];
+    if let Some((key, _)) = line.split_once('=') {
+        let key = key.trim().trim_matches('"');
+        if SECRET_KEYS.contains(&key) {
+            return format!("{key} = <redacted>");
+        }
+    }
+    line.to_string()
+}
+
 fn parse_published(text: &str) -> Result<Published, String> {
     match text {
         "off" => Ok(Published::Off),
@@ -502,7 +521,7 @@ impl Config {
                     let before = &text[..s.start.min(text.len())];
                     let line = before.matches('\n').count() + 1;
                     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-                    let shown = text.lines().nth(line - 1).unwrap_or("").trim();
+                    let shown = redact_secret(text.lines().nth(line - 1).unwrap_or("").trim());
                     format!("line {line}, column {column} (`{shown}`)")
                 })
                 .unwrap_or_else(|| "(document)".into());

@@ -450,6 +450,7 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
             "authentication on"
         ),
     }
+    crate::auth::warn_about(&cfg);
     shared.auth = crate::auth::Auth::new(cfg.auth.clone(), cfg.allowed_origins.clone());
     shared.max_connections = cfg.max_connections;
     shared.shard_inboxes = shard_senders.clone();
@@ -505,6 +506,12 @@ impl Running {
     /// credentials and grants, and the allowed origins. New requests are decided by it;
     /// connections already admitted keep running.
     pub fn reload_auth(&self, cfg: &Config) {
+        if cfg.auth.is_none() && self.shared.auth.policy().is_some() {
+            tracing::warn!(
+                "SIGHUP: the new config has no [auth] section: the broker is now OPEN — any client that reaches the port reads and publishes every stream"
+            );
+        }
+        crate::auth::warn_about(cfg);
         self.shared
             .auth
             .reload(cfg.auth.clone(), cfg.allowed_origins.clone());

@@ -78,6 +78,8 @@ pub struct Client<'a> {
     /// Who is asking: the catalog lists only the streams it may read, and cursors are bound
     /// to it as well as to the address.
     pub who: &'a crate::auth::Identity,
+    /// Its revocation and deadline: a long poll that is waiting ends with 403 when it ends.
+    pub guard: Option<&'a crate::auth::live::Guard>,
     /// The connection's reading half.
     pub rd: &'a mut ReadHalf,
     /// Bytes read past the request head, and any the client sends while its poll waits.
@@ -436,6 +438,7 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
     let Client {
         peer,
         who,
+        guard,
         rd,
         held,
     } = client;
@@ -543,6 +546,13 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
         limit
     };
     let w = loop {
+        if let Some(end) = guard.and_then(crate::auth::live::Guard::ending) {
+            return Answer::Respond(err(
+                403,
+                end.sse_reason(),
+                "this principal's session ended while the poll waited (revoked or expired)",
+            ));
+        }
         let head = ctx.hubs[st.index].borrow().head();
         let w = if next < head && limit > 0 {
             let keep = Keep::Oldest;

@@ -73,6 +73,8 @@ pub struct Shared {
     /// Open connections allowed, all shards (`max_connections`); `None`: the descriptors are
     /// the limit.
     pub max_connections: Option<u64>,
+    /// Connections past the gate, all shards (what `max_connections` caps).
+    pub admitted: AtomicI64,
     /// Every shard's inbox, to wake their sessions ([`ShardMsg::Wake`]).
     pub shard_inboxes: Vec<flume::Sender<ShardMsg>>,
     driver: AtomicU8,
@@ -98,6 +100,7 @@ impl Shared {
             shutting_down: AtomicBool::new(false),
             auth: crate::auth::Auth::open(),
             max_connections: None,
+            admitted: AtomicI64::new(0),
             shard_inboxes: Vec::new(),
             driver: AtomicU8::new(0),
         }
