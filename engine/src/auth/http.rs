@@ -80,6 +80,8 @@ pub fn need(req: &Request) -> Need<'_> {
     }
     match name {
         "stats" | "metrics" => Need::Any(Action::StatsRead),
+        // MCP: each tool checks data.read on its stream itself (mcp/tools.rs)
+        "mcp" => Need::Authenticated,
         _ => Need::Authenticated,
     }
 }
@@ -440,5 +442,6 @@ mod tests {
             Need::Every(ControlMutate)
         );
         assert_eq!(need(&req("GET", "/nothing/here", &[])), Need::Authenticated);
+        assert_eq!(need(&req("POST", "/mcp", &[])), Need::Authenticated);
     }
 }

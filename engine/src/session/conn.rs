@@ -158,6 +158,9 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
         if let Some(stream) = sse::wants(ctx, &req, &name) {
             return sse::serve(ctx, &req, stream, peer, rd, wr, &who, guard).await;
         }
+        if crate::mcp::wants(&req) {
+            return crate::mcp::serve(ctx, &req, peer, rd, wr, &who, guard, leftover).await;
+        }
         let client = pull::Client {
             peer,
             who: &who,

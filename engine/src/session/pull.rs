@@ -405,12 +405,22 @@ async fn read_window(
             reply: tx,
         };
         if ctx.shared.replay.submit(job).is_err() {
-            return Err(Refused::new(503, "unavailable", "the reader pool has stopped"));
+            return Err(Refused::new(
+                503,
+                "unavailable",
+                "the reader pool has stopped",
+            ));
         }
         let r = match rx.recv_async().await {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => return Err(Refused::new(500, "storage_error", e)),
-            Err(_) => return Err(Refused::new(503, "unavailable", "the reader pool has stopped")),
+            Err(_) => {
+                return Err(Refused::new(
+                    503,
+                    "unavailable",
+                    "the reader pool has stopped",
+                ))
+            }
         };
         if let Some((first, last)) = r.missing {
             if w.n() > 0 || w.missing.is_some() {
