@@ -566,7 +566,8 @@ fn hash_token(t: &str) -> String {
 fn each_tool_checks_the_data_read_grant() {
     let setup = Setup::new();
     let cfg = format!(
-        r#"{CONFIG}
+        r#"allowed_origins = ["https://app.example"]
+{CONFIG}
 [[stream]]
 name = "u"
 schema = "@trade"
@@ -663,6 +664,69 @@ grants = {{ "data.read" = ["u"] }}
         ],
     );
     assert_eq!(r.status, 404);
+    // GET /mcp (an MCP client's server-to-client stream): 405, also for a principal that
+    // reads no stream named mcp
+    let r = request(
+        addr,
+        "GET",
+        "/mcp",
+        "",
+        &[("authorization", dave), ("accept", "text/event-stream")],
+    );
+    assert_eq!(r.status, 405, "{}", r.text());
+    // a page of another origin is refused; a listed one's preflight allows the MCP headers
+    let r = request(
+        addr,
+        "POST",
+        "/mcp",
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        &[
+            ("authorization", carol),
+            ("content-type", "application/json"),
+            ("origin", "https://evil.example"),
+            ("mcp-session-id", c.sid.as_deref().unwrap()),
+        ],
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+    let r = request(
+        addr,
+        "OPTIONS",
+        "/mcp",
+        "",
+        &[
+            ("origin", "https://app.example"),
+            ("access-control-request-method", "POST"),
+            (
+                "access-control-request-headers",
+                "content-type, mcp-session-id",
+            ),
+        ],
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(
+        r.header("access-control-allow-methods"),
+        Some("POST, DELETE")
+    );
+    assert!(r
+        .header("access-control-allow-headers")
+        .is_some_and(|h| h.contains("mcp-session-id") && h.contains("content-type")));
+    let r = request(
+        addr,
+        "POST",
+        "/mcp",
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+        &[
+            ("authorization", carol),
+            ("content-type", "application/json"),
+            ("origin", "https://app.example"),
+            ("mcp-session-id", c.sid.as_deref().unwrap()),
+        ],
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example")
+    );
     // and carol's session still works
     let w = c.tool(
         "stream_collect",
