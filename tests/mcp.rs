@@ -734,3 +734,72 @@ grants = {{ "data.read" = ["u"] }}
     );
     assert_eq!(offsets(ok(&w)), [2]);
 }
+
+/// The official Python SDK's client (`pip install mcp`, in `~/.cache/corecast-mcp-venv` or
+/// `CORECAST_MCP_PY`): initialize, list, each tool, a refused unbounded request.
+#[test]
+fn the_official_python_client_runs_a_session() {
+    let py = std::env::var("CORECAST_MCP_PY").unwrap_or_else(|_| {
+        std::env::var("HOME").unwrap_or_default() + "/.cache/corecast-mcp-venv/bin/python"
+    });
+    let has = std::process::Command::new(&py)
+        .args(["-c", "import mcp.client.streamable_http"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has {
+        assert!(
+            std::env::var_os("CORECAST_MCP_PY").is_none(),
+            "CORECAST_MCP_PY={py} lacks the mcp package"
+        );
+        eprintln!(
+            "skipped: no MCP Python SDK at {py} (python3 -m venv ~/.cache/corecast-mcp-venv && ~/.cache/corecast-mcp-venv/bin/pip install mcp==1.26.0)"
+        );
+        return;
+    }
+    let setup = Setup::new();
+    let server = start(&setup);
+    publish_batch(&server, "t", &rows(1, 3, "A"));
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp/client_session.py");
+    let url = format!("http://{}/mcp", server.addr);
+    let out = std::process::Command::new(&py)
+        .arg(&script)
+        .arg(&url)
+        .output()
+        .expect("run the client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "client failed:\n{stdout}\n{stderr}");
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(v["protocol"], "2025-06-18", "{v}");
+    assert_eq!(v["server"], "corecast");
+    assert_eq!(v["session"], true);
+    assert_eq!(
+        v["tools"],
+        json!([
+            "stream_catalog",
+            "stream_peek",
+            "stream_collect",
+            "stream_state",
+            "stream_subscribe"
+        ])
+    );
+    assert_eq!(v["catalog"], json!(["t", "live"]));
+    assert_eq!(v["peek"], json!([2, 3]));
+    assert_eq!(v["collect"], json!([1, 2]));
+    assert_eq!(v["collect_next"], json!([3]));
+    assert_eq!(v["subscribe"], json!({"count": 0, "cursor": true}));
+    assert_eq!(v["state"]["isError"], true);
+    assert!(
+        v["state"]["text"].as_str().unwrap().contains("not keyed"),
+        "{v}"
+    );
+    assert_eq!(v["unbounded"]["code"], -32602, "{v}");
+    assert!(
+        v["unbounded"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limit: 10000 is over the maximum of 500"),
+        "{v}"
+    );
+}
