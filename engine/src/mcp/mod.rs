@@ -131,6 +131,11 @@ pub async fn serve(
         }
     };
     let resp = crate::auth::origin::apply_cors(resp, cors.as_deref());
+    let resp = if req.method == "HEAD" {
+        corecast_net::http::response::head_only(resp)
+    } else {
+        resp
+    };
     let _ = wr.write_all(resp).await;
     let _ = wr.shutdown().await;
     // a refused body may still be arriving: read it away (for LINGER at most) so that closing
