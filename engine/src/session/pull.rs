@@ -19,6 +19,10 @@
 //! wait > 60), `bad_request` (400), `not_found` (404), `not_durable` (409: a live-only stream
 //! has no log to page through; `latest` still answers from memory).
 //!
+//! The work is done by functions that return data — [`catalog`], [`entry_json`], [`latest`] and
+//! [`rows`] (cursor sign and verify, the bounded wait), refusing with a [`Refused`] — which the
+//! HTTP handlers here and the MCP tools ([`crate::mcp::tools`]) both call.
+//!
 //! Reads below the shard's ring go through the reader pool; the ring is sliced in place. Nothing
 //! here touches SQLite on the shard thread.
 //!
