@@ -13,6 +13,9 @@
 //! Bulk ingest (`POST /v1/streams/NAME/ingest`) has its own module, [`ingest`], and joins the
 //! same path at step 3.
 //!
+//! The Model Context Protocol endpoint (`POST /mcp`), whose tools read over the pull API's
+//! contract, is [`mcp`].
+//!
 //! [`shard`] runs the io_uring loops, [`server`] starts and stops everything, [`config`] reads the
 //! TOML file, [`registry`] holds the streams, [`filter`] evaluates `where=`, [`tls`] holds the
 //! certificate and [`reload`] what SIGHUP reloads.
@@ -28,6 +31,7 @@ pub mod fanout;
 pub mod filter;
 pub mod ingest;
 pub mod limits;
+pub mod mcp;
 pub mod registry;
 pub mod reload;
 pub mod replay;

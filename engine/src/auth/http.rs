@@ -63,6 +63,11 @@ pub fn need(req: &Request) -> Need<'_> {
         }
         return Need::Authenticated;
     }
+    // MCP: each tool checks data.read on its stream itself (mcp/tools.rs); the router tries
+    // /mcp before SSE, so a stream named `mcp` is read over SSE at /mcp/events only
+    if path == crate::mcp::PATH {
+        return Need::Authenticated;
+    }
     // in the router's order (session/conn.rs): SSE is tried before /stats and /metrics, so a
     // stream named `stats` asked for with `Accept: text/event-stream` is that stream
     if req.method == "GET" {
@@ -452,5 +457,11 @@ mod tests {
             Need::Every(ControlMutate)
         );
         assert_eq!(need(&req("GET", "/nothing/here", &[])), Need::Authenticated);
+        assert_eq!(need(&req("POST", "/mcp", &[])), Need::Authenticated);
+        assert_eq!(
+            need(&req("GET", "/mcp", &[("accept", "text/event-stream")])),
+            Need::Authenticated
+        );
+        assert_eq!(need(&req("GET", "/mcp", &WS)), Need::On(DataRead, "mcp"));
     }
 }

@@ -155,6 +155,10 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             let stream = stream.to_string();
             return crate::ingest::endpoint::serve(ctx, &req, &stream, rd, wr, leftover).await;
         }
+        // before SSE, as auth::http::need decides: GET /mcp is MCP's, whatever the Accept
+        if crate::mcp::wants(&req) {
+            return crate::mcp::serve(ctx, &req, peer, rd, wr, &who, guard, leftover).await;
+        }
         if let Some(stream) = sse::wants(ctx, &req, &name) {
             return sse::serve(ctx, &req, stream, peer, rd, wr, &who, guard).await;
         }
