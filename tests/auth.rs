@@ -1206,3 +1206,106 @@ fn max_connections_counts_admitted_connections_only() {
     );
     drop(idle);
 }
+
+/// `corecast ARGS` with `env` set (and no credentials inherited from the test's environment).
+fn cli_env(args: &[&str], stdin: &[u8], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    use std::process::Stdio;
+    let mut child = std::process::Command::new(corecast_bin())
+        .args(args)
+        .env("CORECAST_LOG", "warn")
+        .env_remove("CORECAST_TOKEN")
+        .env_remove("CORECAST_USER")
+        .env_remove("CORECAST_PASSWORD")
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_cli_signs_in_from_the_url_or_the_environment() {
+    let w = world("");
+    let addr = w.server.addr;
+    let rows: String = (1..=20).map(|i| trade(i, "CLI") + "\n").collect();
+    let url = format!("ws://{addr}/trades");
+    // no credentials: refused (exit 1), with what to do
+    let (code, _, err) = cli_env(&["pub", &url], rows.as_bytes(), &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("HTTP 401") && err.contains("CORECAST_TOKEN"),
+        "{err}"
+    );
+    // bob's token from the environment publishes
+    let (code, out, err) = cli_env(
+        &["pub", &url],
+        rows.as_bytes(),
+        &[("CORECAST_TOKEN", BOB_TOKEN)],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    // alice reads with her password in the URL (percent-encoded), every row, in order
+    let with_userinfo = format!("ws://alice:{}@{addr}/trades", ALICE_PW.replace(' ', "%20"));
+    let (code, out, err) = cli_env(
+        &[
+            "sub",
+            &with_userinfo,
+            "--offset",
+            "1",
+            "--count",
+            "20",
+            "--rows-only",
+        ],
+        b"",
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let got: Vec<&str> = out.lines().collect();
+    assert_eq!(got.len(), 20, "{out}");
+    for (i, line) in got.iter().enumerate() {
+        assert!(line.contains(&format!("\"trade_id\":{}", i + 1)), "{line}");
+    }
+    // ... and with CORECAST_USER/CORECAST_PASSWORD, through tail
+    let (code, out, err) = cli_env(
+        &["tail", &url, "-n", "3", "--count", "3", "--rows-only"],
+        b"",
+        &[("CORECAST_USER", "alice"), ("CORECAST_PASSWORD", ALICE_PW)],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.lines().count(), 3, "{out}");
+    // alice may not publish: 403, exit 1
+    let (code, _, err) = cli_env(&["pub", &with_userinfo], rows.as_bytes(), &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("HTTP 403"), "{err}");
+    // a bad URL with a password never shows it
+    let (code, _, err) = cli_env(
+        &["sub", &format!("ws://alice:hunter2@{addr}/a/b")],
+        b"",
+        &[],
+    );
+    assert_eq!(code, Some(2));
+    assert!(
+        !err.contains("hunter2") && err.contains("alice:***@"),
+        "{err}"
+    );
+    // ingest takes the same credentials
+    let file = w.setup.tmp.path().join("more.jsonl");
+    let more: String = (21..=30).map(|i| trade(i, "CLI") + "\n").collect();
+    std::fs::write(&file, more).unwrap();
+    let f = file.to_str().unwrap();
+    let (code, _, err) = cli_env(&["ingest", &url, "--file", f], b"", &[]);
+    assert_eq!(code, Some(1), "{err}");
+    let (code, out, err) = cli_env(
+        &["ingest", &url, "--file", f],
+        b"",
+        &[("CORECAST_TOKEN", BOB_TOKEN)],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+}

@@ -41,6 +41,16 @@ pub const EXIT_LOCAL: u8 = 4;
 /// The server broke the protocol.
 pub const EXIT_PROTOCOL: u8 = 5;
 
+/// How the client subcommands take credentials, for their `--help` (a literal, for `concat!`).
+#[macro_export]
+macro_rules! credentials_help {
+    () => {
+        "Credentials (a broker with [auth]): ws://USER:PASSWORD@HOST:PORT/STREAM (percent-encode\n\
+special characters; never shown in messages), or the environment: CORECAST_TOKEN (a bearer\n\
+token or JWT), or CORECAST_USER and CORECAST_PASSWORD.\n\n"
+    };
+}
+
 /// The exit-code table shown in every subcommand's `--help` (a literal, for `concat!`).
 #[macro_export]
 macro_rules! exit_codes_help {
@@ -65,6 +75,11 @@ pub const EXIT_CODES_HELP: &str = exit_codes_help!();
 pub fn exit_code(e: &ClientError) -> u8 {
     match e {
         ClientError::BadUrl(_) | ClientError::Usage(_) => EXIT_USAGE,
+        // a refusal of who is asking (401, 403, 429) is the server refusing, not a lost line
+        ClientError::HttpRefused {
+            status: 401 | 403 | 429,
+            ..
+        } => EXIT_REFUSED,
         ClientError::Connect { .. }
         | ClientError::HttpRefused { .. }
         | ClientError::ConnectionLost(_) => EXIT_CONNECTION,
@@ -104,6 +119,9 @@ fn hint(e: &ClientError) -> Option<String> {
                 max.map(|m| format!(" = {m}")).unwrap_or_default()
             ))
         }
+        ClientError::HttpRefused { status: 401, .. } => Some(
+            "give credentials: ws://USER:PASSWORD@HOST/… (percent-encoded), or CORECAST_TOKEN (a bearer token or JWT), or CORECAST_USER and CORECAST_PASSWORD".into(),
+        ),
         ClientError::ExactlyOnceUnavailable { why } if why == "stream" => Some(
             "the stream must be declared with exactly_once = true (and durable) in the server's config".into(),
         ),

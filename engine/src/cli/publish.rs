@@ -32,7 +32,8 @@ const INPUT_POLL: Duration = Duration::from_millis(20);
     "  cat trades.jsonl | corecast pub ws://127.0.0.1:8765/trades --batch 500\n",
     "  corecast pub ws://127.0.0.1:8765/trades --file trades.jsonl --rate 1000   # 1000 rows/s\n",
     "  corecast pub ws://127.0.0.1:8765/orders --file orders.jsonl --publisher loader-1\n\n",
-    crate::exit_codes_help!()
+    crate::credentials_help!(),
+        crate::exit_codes_help!()
 ))]
 pub struct PubArgs {
     /// ws://HOST:PORT/STREAM or wss://HOST:PORT/STREAM (TLS)
@@ -154,6 +155,7 @@ pub fn run(args: PubArgs) -> ExitCode {
     let opts = PublishOptions {
         publisher: args.publisher.clone(),
         window: args.window as usize,
+        authorization: super::credentials::for_url(&args.url),
     };
     let mut publisher = match blocking::publish(&args.url, opts) {
         Ok(p) => p,

@@ -54,6 +54,7 @@ const fn const_format_help() -> &'static str {
         "  corecast sub ws://127.0.0.1:8765/trades --offset 1200 --where '{\"side\":1}'\n",
         "  corecast sub ws://127.0.0.1:8765/trades --cursor trades.cursor --offset earliest   # resumable\n",
         "  corecast sub ws://127.0.0.1:8765/trades --offset 1 --catch-up  # older rows from the published table\n\n",
+        crate::credentials_help!(),
         crate::exit_codes_help!()
     )
 }
@@ -92,6 +93,7 @@ pub fn run(args: SubArgs) -> ExitCode {
         cursor_file: args.cursor,
         catch_up: args.catch_up,
         catch_up_retries: args.catch_up_retries,
+        authorization: super::credentials::for_url(&args.url),
     };
     let sub = match blocking::connect(&args.url, opts) {
         Ok(s) => s,

@@ -13,7 +13,8 @@ use corecast_net::client::{blocking, Offset, SubscribeOptions};
     "Examples:\n",
     "  corecast tail ws://127.0.0.1:8765/trades            # the last 10 rows, then live\n",
     "  corecast tail ws://127.0.0.1:8765/trades -n 100 --rows-only\n\n",
-    crate::exit_codes_help!()
+    crate::credentials_help!(),
+        crate::exit_codes_help!()
 ))]
 pub struct TailArgs {
     /// ws://HOST:PORT/STREAM or wss://HOST:PORT/STREAM (TLS)
@@ -41,7 +42,14 @@ pub fn run(args: TailArgs) -> ExitCode {
         return code;
     }
     // First connection: read the frontier from the greeting, then leave.
-    let probe = match blocking::connect(&args.url, SubscribeOptions::default()) {
+    let authorization = super::credentials::for_url(&args.url);
+    let probe = match blocking::connect(
+        &args.url,
+        SubscribeOptions {
+            authorization: authorization.clone(),
+            ..Default::default()
+        },
+    ) {
         Ok(s) => s,
         Err(e) => return super::fail("tail", &e),
     };
@@ -56,6 +64,7 @@ pub fn run(args: TailArgs) -> ExitCode {
     };
     let opts = SubscribeOptions {
         offset: Some(offset),
+        authorization,
         ..Default::default()
     };
     let sub = match blocking::connect(&args.url, opts) {

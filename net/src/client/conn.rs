@@ -10,7 +10,7 @@ use super::{ClientError, Greeting, PublisherMark};
 use crate::rt::{Conn, ReadHalf, Watched, WriteHalf};
 use crate::ws::close::CloseCode;
 use crate::ws::frame::{encode_close, encode_frame, encode_pong, FrameLimits, OpCode};
-use crate::ws::handshake::{check_response, client_key, client_request, ClientHandshakeError};
+use crate::ws::handshake::{check_response, client_key, client_request_with, ClientHandshakeError};
 use crate::ws::receiver::{ReceiveError, Received, Receiver};
 
 /// Bytes to leave free before each read.
@@ -99,7 +99,13 @@ impl WsConn {
         nonce[..8].copy_from_slice(&rng.next_u64().to_le_bytes());
         nonce[8..].copy_from_slice(&rng.next_u64().to_le_bytes());
         let key = client_key(nonce);
-        let req = client_request(host, path, &key);
+        let auth: Vec<(&str, &str)> = target
+            .authorization
+            .as_deref()
+            .map(|a| ("Authorization", a))
+            .into_iter()
+            .collect();
+        let req = client_request_with(host, path, &key, &auth);
         let (res, _) = w.write_all(req).await;
         res.map_err(ClientError::io)?;
         let mut buf = Vec::with_capacity(READ_ROOM);

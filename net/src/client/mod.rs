@@ -90,6 +90,9 @@ pub struct SubscribeOptions {
     /// server keeps refusing (it moves on while the table is read); then
     /// [`ClientError::CatchUpExhausted`]. Default [`CATCH_UP_RETRIES`].
     pub catch_up_retries: u32,
+    /// The `Authorization` header sent with every upgrade (e.g. `Bearer TOKEN`); `None`: the
+    /// URL's userinfo (`ws://user:password@host/…`, sent as HTTP Basic), if any.
+    pub authorization: Option<String>,
 }
 
 impl Default for SubscribeOptions {
@@ -100,6 +103,7 @@ impl Default for SubscribeOptions {
             cursor_file: None,
             catch_up: false,
             catch_up_retries: CATCH_UP_RETRIES,
+            authorization: None,
         }
     }
 }
