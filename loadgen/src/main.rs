@@ -283,9 +283,8 @@ async fn thread_body(
                         })
                         .await
                         {
-                            let r =
-                                nats::run_pub(pp, shared.clone(), o, keys, subject, jetstream)
-                                    .await;
+                            let r = nats::run_pub(pp, shared.clone(), o, keys, subject, jetstream)
+                                .await;
                             out.borrow_mut().pubs.push(r);
                         } else {
                             shared.pubs_active.fetch_sub(1, AcqRel);
@@ -629,7 +628,9 @@ fn run(args: Args) -> Result<ExitCode, String> {
             return Err("--protocol nats: at most one publisher (it numbers the rows)".into());
         }
         if replay_offset.is_some() || args.where_.is_some() {
-            return Err("--protocol nats: core NATS has no replay or filters (--offset, --where)".into());
+            return Err(
+                "--protocol nats: core NATS has no replay or filters (--offset, --where)".into(),
+            );
         }
     } else if args.nats_jetstream {
         return Err("--nats-jetstream needs --protocol nats".into());

@@ -134,7 +134,7 @@ pub fn nats_frame(nats: &[u8], keys: &mut Keys, out: &mut Vec<u8>) {
 }
 
 /// Moves the payloads of complete data frames at the front of `buf` into `proto`; errors on a
-/// close. Returns whether anything was taken.
+/// close.
 fn pump(buf: &mut Vec<u8>, proto: &mut Vec<u8>) -> Result<(), String> {
     let mut pos = 0;
     while let Some((f, next)) = parse_frame(buf, pos)? {
@@ -248,15 +248,7 @@ pub async fn open(
                 res.map_err(|e| format!("write CONNECT: {e}"))?;
             }
             if stage == 3 && (!want_reply || reply.is_some()) {
-                return Ok((
-                    Opened {
-                        rd,
-                        wr,
-                        buf,
-                        proto,
-                    },
-                    reply,
-                ));
+                return Ok((Opened { rd, wr, buf, proto }, reply));
             }
             let (res, b) = rd.read_into(buf, 16 * 1024).await;
             buf = b;
@@ -587,7 +579,12 @@ pub async fn run_pub(
     r
 }
 
-async fn write_or_abort(st: &PubState, shared: &Shared, wr: &mut WriteHalf, out: &mut Vec<u8>) -> bool {
+async fn write_or_abort(
+    st: &PubState,
+    shared: &Shared,
+    wr: &mut WriteHalf,
+    out: &mut Vec<u8>,
+) -> bool {
     let (res, back) = wr.write_all(std::mem::take(out)).await;
     *out = back;
     if let Err(e) = res {
@@ -608,6 +605,7 @@ async fn write_pubs(
     mut keys: Keys,
     subject: &str,
 ) -> Option<WriteHalf> {
+    use std::io::Write as _;
     let epoch = shared.started().expect("publishers run after go");
     let t0 = epoch.at;
     let end = plan.duration.map(|d| t0 + d);
@@ -700,8 +698,7 @@ async fn write_pubs(
                     payload.clear();
                     row(&mut payload, ts, sent_rows);
                     nats.extend_from_slice(pub_head.as_bytes());
-                    nats.extend_from_slice(payload.len().to_string().as_bytes());
-                    nats.extend_from_slice(b"\r\n");
+                    let _ = write!(nats, "{}\r\n", payload.len());
                     nats.extend_from_slice(&payload);
                     nats.extend_from_slice(b"\r\n");
                 }
@@ -808,10 +805,9 @@ async fn read_acks(
                                 pings += 1;
                                 Ok(())
                             }
-                            Op::Err(e) => Err(format!(
-                                "NATS -ERR {}",
-                                String::from_utf8_lossy(e).trim()
-                            )),
+                            Op::Err(e) => {
+                                Err(format!("NATS -ERR {}", String::from_utf8_lossy(e).trim()))
+                            }
                             _ => Ok(()),
                         };
                         match res {
@@ -858,7 +854,11 @@ async fn read_acks(
         match res {
             Ok(0) => {
                 if !st.frames.borrow().is_empty() {
-                    fail(&st, &shared, "publisher connection closed with replies owed".into());
+                    fail(
+                        &st,
+                        &shared,
+                        "publisher connection closed with replies owed".into(),
+                    );
                 }
                 return;
             }
