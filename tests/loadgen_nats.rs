@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sonic_rs::{JsonContainerTrait, JsonValueTrait};
+use sonic_rs::JsonValueTrait;
 
 fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -144,6 +144,10 @@ fn loadgen(nats: &Nats, path: &str, args: &[&str]) -> sonic_rs::Value {
         .expect("run loadgen");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("unexpected argument '--protocol'"),
+        "the loadgen binary is older than --protocol: run `cargo build -p corecast-loadgen`"
+    );
     assert!(
         out.status.success(),
         "loadgen {args:?} failed ({:?}):\n{stdout}\n{stderr}\nnats-server log:\n{}",

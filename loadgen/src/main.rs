@@ -260,21 +260,12 @@ async fn thread_body(
                 let mut keys = Keys::new(seed.wrapping_add(1000 + i as u64));
                 let subject = nats::subject_of(&target.path).expect("checked in run");
                 let setup = nats::pub_setup(&subject, pp.id, jetstream);
-                let opened = nats::open(
-                    target.addr,
-                    &target.host,
-                    &target.path,
-                    target.authorization.as_deref(),
-                    &mut keys,
-                    connect_limit,
-                    &setup,
-                    jetstream,
-                )
-                .await
-                .and_then(|(o, reply)| match reply {
-                    Some(r) => nats::check_stream_reply(&r).map(|()| o),
-                    None => Ok(o),
-                });
+                let opened = nats::open(&target, &mut keys, connect_limit, &setup, jetstream)
+                    .await
+                    .and_then(|(o, reply)| match reply {
+                        Some(r) => nats::check_stream_reply(&r).map(|()| o),
+                        None => Ok(o),
+                    });
                 match opened {
                     Ok(o) => {
                         shared.opened.fetch_add(1, AcqRel);
@@ -355,10 +346,7 @@ async fn thread_body(
                 let connect_at = Instant::now();
                 let subject = nats::subject_of(&target.path).expect("checked in run");
                 match nats::open(
-                    target.addr,
-                    &target.host,
-                    &target.path,
-                    target.authorization.as_deref(),
+                    &target,
                     &mut keys,
                     connect_limit,
                     &nats::sub_setup(&subject),

@@ -21,7 +21,6 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::*;
 use std::sync::Arc;
@@ -37,6 +36,7 @@ use crate::publisher::{PubPlan, PubResult};
 use crate::shared::{now_us, Shared};
 use crate::subscriber::{SubConfig, SubResult, SubState};
 use crate::wsclient::{client_frame, close_frame, leading_u64, parse_frame, Frame, Keys};
+use crate::Target;
 
 /// The NATS subject of a URL path: `/trades` → `trades`, `/a/b` → `a.b`.
 pub fn subject_of(path: &str) -> Result<String, String> {
@@ -153,10 +153,7 @@ fn pump(buf: &mut Vec<u8>, proto: &mut Vec<u8>) -> Result<(), String> {
 /// the `PONG` (and, when `want_reply` names an inbox, for the first `MSG`, returned). Bounded by
 /// `limit`.
 pub async fn open(
-    addr: SocketAddr,
-    host: &str,
-    path: &str,
-    authorization: Option<&str>,
+    target: &Target,
     keys: &mut Keys,
     limit: Duration,
     setup: &[u8],
@@ -167,6 +164,8 @@ pub async fn open(
     nonce[8..].copy_from_slice(&keys.next().to_ne_bytes());
     let key = client_key(nonce);
     let mut k2 = Keys::new(keys.next());
+    let (addr, host, path) = (target.addr, target.host.as_str(), target.path.as_str());
+    let authorization = target.authorization.as_deref();
     let fut = async move {
         let conn = Conn::connect(addr)
             .await
