@@ -9,7 +9,8 @@ finish in that time records what it did (rows acked, frames delivered) and is ma
 --peers nats adds nats-server (bench/nats_setup.sh; GOMAXPROCS = --server-cores) driven by the same
 loadgen with --protocol nats: the fan-out and latency cells on core NATS (subject `trades`), the
 publish cells on JetStream (subject `trades_js`, a stream with file storage; the server runs with
-`sync_interval: always`, so a PubAck means fsynced). NATS has no replay: fill/replay cells skip it.
+`sync_interval: always`, so a PubAck means fsynced), and a "durable" group (corecast vs JetStream
+push consumers, K = 1, 10, 100 at 1,000 rows/s). NATS has no replay: fill/replay cells skip it.
 A NATS cell that fails restarts nats-server (a fresh store), so work it still owes (JetStream
 acks past the drain) does not load the next cell.
 """
@@ -25,7 +26,7 @@ ap.add_argument("--scratch", default=None, help="data directories live here (and
 ap.add_argument("--cell-seconds", type=float, default=3.0)
 ap.add_argument("--server-cores", type=int, default=1)
 ap.add_argument("--client-threads", type=int, default=1)
-ap.add_argument("--only", default="", help="comma list of cell groups: replay,publish,fanout,latency")
+ap.add_argument("--only", default="", help="comma list of cell groups: replay,publish,fanout,latency,durable")
 ap.add_argument("--peers", default="", help="comma list of further brokers: nats")
 ap.add_argument("--no-reference", action="store_true", help="leave the reference broker out")
 a = ap.parse_args()
@@ -213,7 +214,7 @@ try:
             if s["name"] == "nats":
                 if group in ("fill", "replay"):
                     continue  # core NATS has no log to replay
-                extra = ["--protocol", "nats"] + (["--nats-jetstream"] if group == "publish" else [])
+                extra = ["--protocol", "nats"] + (["--nats-jetstream"] if group in ("publish", "durable") else [])
                 doc = loadgen(s, args, limit, extra)
                 c["runs"]["nats"] = doc
                 if not doc.get("ok"):
@@ -221,6 +222,8 @@ try:
                     stop(s)
                     servers[i] = start_nats()
                 continue
+            if group == "durable" and s["name"] == "reference":
+                continue  # the durable fan-out group is corecast vs JetStream only
             c["runs"][s["name"]] = loadgen(s, args, limit)
         results["cells"].append(c)
         return c
@@ -249,6 +252,13 @@ try:
     # 4. latency at fixed rates
     cell("latency", "latency K=10 @1000 rows/s", ["--publishers", 1, "--window", 64, "--rate", 1000, "--subscribers", 10, "--duration", D, "--drain", 10, "--sample", 1], D + 45)
     cell("latency", "latency K=1000 @10000 rows/s", ["--publishers", 1, "--window", 64, "--rate", 10000, "--subscribers", 1000, "--duration", D, "--drain", 10, "--sample", 16], D + 45)
+    # 5. durable fan-out, with NATS only: corecast's fan-out (rows delivered after their commit)
+    # vs JetStream push consumers (one ephemeral consumer per subscriber, delivery after the
+    # store, sync_interval always); K = 1,000 is left out: nats-server refused consumer creates
+    # near 1,000 ("maximum consumers limit reached") on this machine
+    if "nats" in peers:
+        for k in (1, 10, 100):
+            cell("durable", f"durable fan-out K={k} @1000 rows/s (NATS: JetStream push consumers)", ["--publishers", 1, "--window", 64, "--rate", 1000, "--subscribers", k, "--duration", D, "--drain", 10], D + 45)
     results["load_end"] = os.getloadavg()
 finally:
     cleanup()
@@ -343,7 +353,7 @@ for c in results["cells"]:
         goals.append(("durable publish % of fsync bound, " + name, pc, "≥ 80%"))
         if HAS_NATS and nr:
             goals.append((f"durable publish rows/s vs NATS JetStream (sync always), {name}", ratio(cr, nr), "≥ 1.0×"))
-    elif grp in ("fanout", "latency"):
+    elif grp in ("fanout", "latency", "durable"):
         add(name, "delivered frames/s", g(cc, "deliver", "frames_per_s"), g(rf, "deliver", "frames_per_s"), note=notes,
             n=g(nt, "deliver", "frames_per_s"), load=load)
         pf = lambda d: g(d, "server", "cpu_us_per_delivered_frame")
@@ -351,8 +361,9 @@ for c in results["cells"]:
         lp = lambda d: (g(d, "latency_us", "p99") or 0) / 1000 if d else None
         add(name, "p99 publish→deliver ms", lp(cc), lp(rf), higher_better=False, n=lp(nt))
         if HAS_NATS and pf(cc) and pf(nt):
-            goals.append((f"frames per server CPU-second vs core NATS, {name}", ratio(pf(cc), pf(nt), False), "≥ 2.0×"))
-            goals.append((f"p99 vs core NATS, {name}", f"{lp(cc):.3g} vs {lp(nt):.3g} ms", "corecast ≤ NATS"))
+            peer = "JetStream" if grp == "durable" else "core NATS"
+            goals.append((f"frames per server CPU-second vs {peer}, {name}", ratio(pf(cc), pf(nt), False), "≥ 2.0×"))
+            goals.append((f"p99 vs {peer}, {name}", f"{lp(cc):.3g} vs {lp(nt):.3g} ms", "corecast ≤ NATS"))
         if name == "fan-out K=1000 max (w64 b100)":
             p = pf(cc)
             goals.append(("server CPU per delivered frame at 1,000 subscribers", fmt(p, " µs"), "≤ 0.1 µs (reference ≈ 10 µs)"))
@@ -375,7 +386,7 @@ ls, le = results.get("load_start"), results.get("load_end")
 loadtxt = f"; load average (1/5/15 min) at start {ls[0]:.2f}/{ls[1]:.2f}/{ls[2]:.2f}, at end {le[0]:.2f}/{le[1]:.2f}/{le[2]:.2f}" if ls and le else ""
 lines.append(f"corecast --cores {a.server_cores}; loadgen --threads {a.client_threads}; {os.cpu_count()} CPUs; cell {D} s{loadtxt}")
 if HAS_NATS:
-    lines.append(f"{results.get('nats_version', 'nats-server')}, GOMAXPROCS={a.server_cores}; fan-out/latency cells: core NATS; publish cells: JetStream, file storage, sync_interval always")
+    lines.append(f"{results.get('nats_version', 'nats-server')}, GOMAXPROCS={a.server_cores}; fan-out/latency cells: core NATS; publish cells: JetStream, file storage, sync_interval always; durable fan-out cells: JetStream push consumers")
 lines.append("")
 head = ["cell", "metric", "corecast"]
 align = ["---", "---", "---:"]

@@ -1,6 +1,7 @@
 //! `loadgen --protocol nats` end to end against a real nats-server: core NATS fan-out (every
-//! subscriber gets every published row once, in order, with latency samples) and a JetStream
-//! publish with PubAcks to a file-storage stream on a server with `sync_interval: always`.
+//! subscriber gets every published row once, in order, with latency samples), a JetStream
+//! publish with PubAcks to a file-storage stream on a server with `sync_interval: always`, and
+//! JetStream fan-out through push consumers.
 //!
 //! nats-server comes from `$CORECAST_NATS_SERVER`, `$CORECAST_NATS_VENV/bin/nats-server`,
 //! `~/.cache/corecast-nats/venv/bin/nats-server` (what `bench/nats_setup.sh` installs) or `PATH`.
@@ -261,6 +262,32 @@ fn loadgen_drives_core_nats_and_jetstream() {
             .and_then(|v| v.as_str()),
         Some("nats-jetstream")
     );
+    // JetStream fan-out: 5 subscribers, each through its own push consumer
+    let doc = loadgen(
+        &nats,
+        "/trades_js",
+        &[
+            "--nats-jetstream",
+            "--publishers",
+            "1",
+            "--window",
+            "16",
+            "--rate",
+            "1000",
+            "--subscribers",
+            "5",
+            "--duration",
+            "1",
+            "--drain",
+            "5",
+        ],
+    );
+    let rows = num(&doc, "publish", "rows_acked");
+    assert!(rows >= 100, "{doc:?}");
+    assert_eq!(num(&doc, "deliver", "frames"), rows * 5, "{doc:?}");
+    for k in ["gaps", "dups", "missing"] {
+        assert_eq!(num(&doc, "deliver", k), 0, "{k}: {doc:?}");
+    }
     let stream_dir = nats.dir.join("js/jetstream/$G/streams/trades_js");
     assert!(
         stream_dir.is_dir(),

@@ -103,7 +103,8 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Protocol::Corecast)]
     pub protocol: Protocol,
     /// With `--protocol nats`: publish to JetStream (creates the stream, file storage, when
-    /// missing) and count a row acknowledged when its JetStream PubAck arrives.
+    /// missing) and count a row acknowledged when its JetStream PubAck arrives; subscribers
+    /// each read through their own push consumer (delivery after the row is stored).
     #[arg(long)]
     pub nats_jetstream: bool,
 }
@@ -341,19 +342,51 @@ async fn thread_body(
         let filtered = args.where_.is_some();
         let sample = args.sample;
         if args.protocol == Protocol::Nats {
+            let jetstream = args.nats_jetstream;
+            let sub_id = 1_000_000 + plan.tid * 100_000 + i;
             rt::spawn(async move {
                 let mut keys = Keys::new(seed.wrapping_add(i as u64));
                 let connect_at = Instant::now();
                 let subject = nats::subject_of(&target.path).expect("checked in run");
-                match nats::open(
-                    &target,
-                    &mut keys,
-                    connect_limit,
-                    &nats::sub_setup(&subject),
-                    false,
-                )
-                .await
-                {
+                let opened = if jetstream {
+                    // the stream (created here too: subscribers may connect before the
+                    // publisher), then a push consumer delivering to this connection's inbox
+                    let ib = nats::inbox(sub_id);
+                    let setup = nats::js_sub_setup(&subject, sub_id);
+                    match nats::open(&target, &mut keys, connect_limit, &setup, true).await {
+                        Ok((mut o, reply)) => {
+                            match nats::check_stream_reply(&reply.unwrap_or_default()) {
+                                Ok(()) => {
+                                    let (subj, body) = nats::consumer_request(&subject, &ib);
+                                    let reply = format!("{ib}.consumer");
+                                    nats::request(
+                                        &mut o,
+                                        &mut keys,
+                                        &subj,
+                                        &reply,
+                                        &body,
+                                        connect_limit,
+                                    )
+                                    .await
+                                    .and_then(|r| nats::check_consumer_reply(&r))
+                                    .map(|()| (o, None))
+                                }
+                                Err(e) => Err(e),
+                            }
+                        }
+                        Err(e) => Err(e),
+                    }
+                } else {
+                    nats::open(
+                        &target,
+                        &mut keys,
+                        connect_limit,
+                        &nats::sub_setup(&subject),
+                        false,
+                    )
+                    .await
+                };
+                match opened {
                     Ok((o, _)) => {
                         // the subscription is registered (its PONG came back): it must see
                         // every row from seq 1 on

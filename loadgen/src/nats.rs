@@ -269,8 +269,84 @@ pub fn sub_setup(subject: &str) -> Vec<u8> {
     format!("SUB {subject} 1\r\n").into_bytes()
 }
 
-fn inbox(id: usize) -> String {
+/// The inbox of connection `id` (its replies arrive on `INBOX.*`).
+pub fn inbox(id: usize) -> String {
     format!("_INBOX.loadgen.{}.{id}", std::process::id())
+}
+
+/// Sends a request (`PUB subject reply body`) on an opened connection and waits for the first
+/// `MSG` back (the connection must be subscribed to `reply`); bounded by `limit`.
+pub async fn request(
+    o: &mut Opened,
+    keys: &mut Keys,
+    subject: &str,
+    reply: &str,
+    body: &str,
+    limit: Duration,
+) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let op = format!("PUB {subject} {reply} {}\r\n{body}\r\n", body.len());
+    nats_frame(op.as_bytes(), keys, &mut out);
+    let (res, _) = o.wr.write_all(out).await;
+    res.map_err(|e| format!("write request: {e}"))?;
+    let fut = async {
+        loop {
+            pump(&mut o.buf, &mut o.proto)?;
+            let mut got: Option<Result<Vec<u8>, String>> = None;
+            let n = parse_ops(&o.proto, |op| {
+                match op {
+                    Op::Msg { payload } => got = Some(Ok(payload.to_vec())),
+                    Op::Err(e) => {
+                        got = Some(Err(format!(
+                            "NATS -ERR {}",
+                            String::from_utf8_lossy(e).trim()
+                        )))
+                    }
+                    _ => {}
+                }
+                got.is_none()
+            });
+            o.proto.drain(..n);
+            if let Some(r) = got {
+                return r;
+            }
+            let (res, b) = o.rd.read_into(std::mem::take(&mut o.buf), 16 * 1024).await;
+            o.buf = b;
+            match res {
+                Ok(0) => return Err("connection closed during a request".into()),
+                Ok(_) => {}
+                Err(e) => return Err(format!("read: {e}")),
+            }
+        }
+    };
+    match rt::timeout(limit, fut).await {
+        Some(r) => r,
+        None => Err(format!("no reply to {subject} within {limit:?}")),
+    }
+}
+
+/// A JetStream push consumer for one subscriber: ephemeral, delivering to `INBOX.d` (see
+/// [`js_sub_setup`]) every row stored from now on, no acks. Rows reach it
+/// only after the stream stored them (with `sync_interval: always`: after the fsync), as
+/// corecast delivers only committed rows. Returns the request's (subject, body).
+pub fn consumer_request(subject: &str, ib: &str) -> (String, String) {
+    let name = subject.replace('.', "_");
+    (
+        format!("$JS.API.CONSUMER.CREATE.{name}"),
+        format!(
+            "{{\"stream_name\":\"{name}\",\"config\":{{\"deliver_subject\":\"{ib}.d\",\"deliver_policy\":\"new\",\"ack_policy\":\"none\",\"replay_policy\":\"instant\",\"flow_control\":false}}}}"
+        ),
+    )
+}
+
+/// Whether a `$JS.API.CONSUMER.CREATE` reply created the consumer.
+pub fn check_consumer_reply(reply: &[u8]) -> Result<(), String> {
+    let t = String::from_utf8_lossy(reply);
+    if t.contains("\"error\"") {
+        Err(format!("JetStream consumer create: {t}"))
+    } else {
+        Ok(())
+    }
 }
 
 /// A publisher's setup: for JetStream, its ack inbox and the request that creates the stream
@@ -281,12 +357,29 @@ pub fn pub_setup(subject: &str, id: usize, jetstream: bool) -> Vec<u8> {
         return Vec::new();
     }
     let ib = inbox(id);
+    let mut o = format!("SUB {ib}.* 1\r\n").into_bytes();
+    o.extend_from_slice(&stream_create(subject, &ib));
+    o
+}
+
+/// A JetStream subscriber's setup: its literal inbox subjects (a push consumer delivers only
+/// once its deliver subject has a literal subscription; a wildcard alone is not enough) and the
+/// stream create request.
+pub fn js_sub_setup(subject: &str, id: usize) -> Vec<u8> {
+    let ib = inbox(id);
+    let mut o =
+        format!("SUB {ib}.create 11\r\nSUB {ib}.consumer 12\r\nSUB {ib}.d 1\r\n").into_bytes();
+    o.extend_from_slice(&stream_create(subject, &ib));
+    o
+}
+
+fn stream_create(subject: &str, ib: &str) -> Vec<u8> {
     let name = subject.replace('.', "_");
     let cfg = format!(
         "{{\"name\":\"{name}\",\"subjects\":[\"{subject}\"],\"storage\":\"file\",\"retention\":\"limits\",\"discard\":\"old\",\"num_replicas\":1}}"
     );
     format!(
-        "SUB {ib}.* 1\r\nPUB $JS.API.STREAM.CREATE.{name} {ib}.create {}\r\n{cfg}\r\n",
+        "PUB $JS.API.STREAM.CREATE.{name} {ib}.create {}\r\n{cfg}\r\n",
         cfg.len()
     )
     .into_bytes()
