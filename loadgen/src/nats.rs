@@ -962,3 +962,60 @@ async fn read_acks(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ops(data: &[u8]) -> (Vec<String>, usize) {
+        let mut v = Vec::new();
+        let n = parse_ops(data, |op| {
+            v.push(match op {
+                Op::Msg { payload } => format!("MSG {}", String::from_utf8_lossy(payload)),
+                Op::Ping => "PING".into(),
+                Op::Pong => "PONG".into(),
+                Op::Ok => "+OK".into(),
+                Op::Err(e) => format!("-ERR{}", String::from_utf8_lossy(e)),
+                Op::Info => "INFO".into(),
+                Op::Other => "?".into(),
+            });
+            true
+        });
+        (v, n)
+    }
+
+    #[test]
+    fn parses_operations_and_stops_at_an_incomplete_one() {
+        let d = b"INFO {}\r\nPING\r\nMSG a 1 5\r\nhello\r\nMSG a 1 $JS.ACK.x.y 3\r\nabc\r\n+OK\r\n-ERR 'x'\r\nPONG\r\nMSG a 1 10\r\nonly";
+        let (v, n) = ops(d);
+        assert_eq!(
+            v,
+            [
+                "INFO",
+                "PING",
+                "MSG hello",
+                "MSG abc",
+                "+OK",
+                "-ERR 'x'",
+                "PONG"
+            ]
+        );
+        assert_eq!(&d[n..], b"MSG a 1 10\r\nonly");
+        // a payload may contain CR LF; the length decides
+        let (v, n) = ops(b"MSG a 1 4\r\n\r\n\r\n\r\nPI");
+        assert_eq!(v, ["MSG \r\n\r\n"]);
+        assert_eq!(n, 17);
+    }
+
+    #[test]
+    fn reads_the_row_fields_and_the_subject() {
+        let mut r = Vec::new();
+        row(&mut r, 1_700_000_000_000_000, 42);
+        assert_eq!(row_fields(&r), Some((1_700_000_000_000_000, 42)));
+        assert_eq!(row_fields(b"{\"x\":1}"), None);
+        assert_eq!(subject_of("/trades").unwrap(), "trades");
+        assert_eq!(subject_of("/a/b").unwrap(), "a.b");
+        assert!(subject_of("/").is_err());
+        assert!(subject_of("/a*").is_err());
+    }
+}
