@@ -1309,3 +1309,124 @@ fn the_cli_signs_in_from_the_url_or_the_environment() {
     );
     assert_eq!(code, Some(0), "{out}{err}");
 }
+
+#[test]
+fn an_age_limit_per_grant_ends_only_the_sessions_of_that_grant() {
+    let extra = format!(
+        "\n[auth.principals.gina]\ntokens = [\"{}\"]\ngrants = {{ \"data.read\" = [\"trades\"], \"data.publish\" = [\"trades\"] }}\nmax_subscription_age_s = {{ \"data.read\" = 2 }}\n",
+        hash_token("gina-token")
+    );
+    let w = world(&extra);
+    let gina = [("authorization", "Bearer gina-token")];
+    let mut sub = ws_with(&w.server, "/trades", &gina).unwrap();
+    greeting(&mut sub);
+    let mut publ = ws_with(&w.server, "/trades?publish", &gina).unwrap();
+    greeting(&mut publ);
+    assert_eq!(
+        recv_close(&mut sub),
+        (1008, r#"{"error":"expired"}"#.to_string())
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    // the publisher (data.publish has no age limit) carries on
+    let acks = publish_on(&mut publ, &[trade(1, "AGE")]);
+    assert_eq!(acks.len(), 1);
+}
+
+fn openssl(args: &[&str], dir: &Path) {
+    let ok = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(ok, "openssl {args:?} (CI installs openssl)");
+}
+
+#[test]
+fn rs256_and_es256_jwts_check_against_a_public_key() {
+    for (alg, algorithm, gen) in [
+        (
+            "RS256",
+            jsonwebtoken::Algorithm::RS256,
+            &[
+                "genpkey",
+                "-algorithm",
+                "RSA",
+                "-pkeyopt",
+                "rsa_keygen_bits:2048",
+                "-out",
+                "key.pem",
+            ][..],
+        ),
+        (
+            "ES256",
+            jsonwebtoken::Algorithm::ES256,
+            &[
+                "genpkey",
+                "-algorithm",
+                "EC",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-out",
+                "key.pem",
+            ][..],
+        ),
+    ] {
+        let setup = Setup::new();
+        let dir = setup.tmp.path();
+        openssl(gen, dir);
+        openssl(
+            &["pkey", "-in", "key.pem", "-pubout", "-out", "pub.pem"],
+            dir,
+        );
+        let cfg = setup.config(&format!(
+            "[[stream]]\nname = \"trades\"\n[auth.jwt]\nalgorithm = \"{alg}\"\npublic_key = \"pub.pem\"\n"
+        ));
+        let server = Server::start(Some(&cfg), &setup.data(), &[]);
+        let pem = std::fs::read(dir.join("key.pem")).unwrap();
+        let key = match algorithm {
+            jsonwebtoken::Algorithm::RS256 => jsonwebtoken::EncodingKey::from_rsa_pem(&pem),
+            _ => jsonwebtoken::EncodingKey::from_ec_pem(&pem),
+        }
+        .unwrap();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let token = jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(algorithm),
+            &serde_json::json!({"sub":"svc","exp":now+300,"grants":{"data.read":["trades"]}}),
+            &key,
+        )
+        .unwrap();
+        let mut ws = ws_with(
+            &server,
+            "/trades",
+            &[("authorization", &format!("Bearer {token}"))],
+        )
+        .unwrap_or_else(|s| panic!("{alg}: {s}"));
+        greeting(&mut ws);
+        // a token signed with another key of the same kind is refused
+        let other = Setup::new();
+        openssl(gen, other.tmp.path());
+        let pem2 = std::fs::read(other.tmp.path().join("key.pem")).unwrap();
+        let key2 = match algorithm {
+            jsonwebtoken::Algorithm::RS256 => jsonwebtoken::EncodingKey::from_rsa_pem(&pem2),
+            _ => jsonwebtoken::EncodingKey::from_ec_pem(&pem2),
+        }
+        .unwrap();
+        let forged = jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(algorithm),
+            &serde_json::json!({"sub":"svc","exp":now+300,"grants":{"data.read":["trades"]}}),
+            &key2,
+        )
+        .unwrap();
+        let (status, text, _) = raw_upgrade(
+            server.addr,
+            "/trades",
+            &[("authorization", &format!("Bearer {forged}"))],
+        );
+        assert_eq!(status, 401, "{alg}: {text}");
+        assert!(text.contains("signature"), "{alg}: {text}");
+    }
+}

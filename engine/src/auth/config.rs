@@ -22,7 +22,8 @@
 //! max_connections = 100              # caps, all shards together (429 before the upgrade)
 //! max_subscriptions = 50
 //! max_publishers = 4
-//! max_subscription_age_s = 86400     # a session is closed (1008 expired) after this long
+//! max_subscription_age_s = 86400     # a session is closed (1008 expired) after this long;
+//!                                    # or per grant: { "data.read" = 3600, "data.publish" = 86400 }
 //!
 //! [auth.principals.anonymous]        # requests without credentials, when declared
 //! grants = { "data.read" = ["public"] }
@@ -80,7 +81,7 @@ struct RawPrincipal {
     max_connections: Option<i64>,
     max_subscriptions: Option<i64>,
     max_publishers: Option<i64>,
-    max_subscription_age_s: Option<i64>,
+    max_subscription_age_s: Option<toml::Value>,
 }
 
 /// The resolved `[auth]` section.
@@ -129,9 +130,9 @@ pub struct PrincipalConfig {
     /// [`super::live::Kind`] order.
     pub caps: [Option<u32>; 3],
     /// How long one of its sessions (WebSocket, SSE) may last before it is closed
-    /// (1008 `{"error":"expired"}`, SSE `end` `expired`); the client reconnects and is checked
-    /// again.
-    pub max_age: Option<Duration>,
+    /// (1008 `{"error":"expired"}`, SSE `end` `expired`), per the grant the session uses
+    /// (indexed by [`super::Action`]); the client reconnects and is checked again.
+    pub max_age: [Option<Duration>; 6],
 }
 
 /// How JWTs are checked.
@@ -270,16 +271,8 @@ impl AuthConfig {
                     Some(n) => return Err(e(&k(key), format!("{n} is outside 0..=10000000"))),
                 };
             }
-            let max_age = match p.max_subscription_age_s {
-                None => None,
-                Some(n) if (1..=31_536_000).contains(&n) => Some(Duration::from_secs(n as u64)),
-                Some(n) => {
-                    return Err(e(
-                        &k("max_subscription_age_s"),
-                        format!("{n} is outside 1..=31536000"),
-                    ))
-                }
-            };
+            let max_age = max_ages(p.max_subscription_age_s.as_ref())
+                .map_err(|why| e(&k("max_subscription_age_s"), why))?;
             principals.push(PrincipalConfig {
                 name,
                 password,
@@ -297,6 +290,32 @@ impl AuthConfig {
             principals,
         })
     }
+}
+
+/// `max_subscription_age_s`: seconds for every grant, or a table of seconds per action
+/// (`{ "data.read" = 3600, "data.publish" = 86400 }`).
+fn max_ages(v: Option<&toml::Value>) -> Result<[Option<Duration>; 6], String> {
+    let secs = |n: &toml::Value| match n.as_integer() {
+        Some(n) if (1..=31_536_000).contains(&n) => Ok(Duration::from_secs(n as u64)),
+        _ => Err(format!("{n} is not a number of seconds in 1..=31536000")),
+    };
+    let mut out = [None; 6];
+    match v {
+        None => {}
+        Some(toml::Value::Table(t)) => {
+            for (action, n) in t {
+                let Some(a) = super::Action::parse(action) else {
+                    return Err(format!("unknown action {action:?}"));
+                };
+                out[a as usize] = Some(secs(n).map_err(|w| format!("{action}: {w}"))?);
+            }
+        }
+        Some(n) => {
+            let d = secs(n)?;
+            out = [Some(d); 6];
+        }
+    }
+    Ok(out)
 }
 
 fn resolve_jwt(j: RawJwt, base: &Path) -> Result<JwtConfig, (String, String)> {

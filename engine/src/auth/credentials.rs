@@ -282,7 +282,7 @@ fn jwt(policy: &Policy, token: &str) -> Result<Identity, Failure> {
     }
     let declared = policy.principals.iter().find(|p| p.name == name);
     let caps = declared.map_or([None; 3], |p| p.caps);
-    let max_age = declared.and_then(|p| p.max_age);
+    let max_age = declared.map_or([None; 6], |p| p.max_age);
     let expires_at = Some(data.claims.exp);
     let grants = match data.claims.rest.get(&cfg.grants_claim) {
         Some(value) => {

@@ -236,7 +236,10 @@ pub fn admit(auth: &Auth, who: &Identity, req: &Request) -> Result<Admission, Ve
     }
     // the session's deadline: its age limit, and its JWT's expiry
     let now = std::time::Instant::now();
-    let by_age = p.max_age.map(|a| now + a);
+    let by_age = match need(req) {
+        Need::On(action, _) => p.max_age[action as usize].map(|a| now + a),
+        _ => None,
+    };
     // the same leeway as at sign-in: a token admitted within it is not closed at once
     let leeway = auth
         .policy()

@@ -61,8 +61,8 @@ pub struct Principal {
     pub method: Method,
     /// Its caps ([`config::PrincipalConfig::caps`]).
     pub caps: [Option<u32>; 3],
-    /// How long one of its sessions may last (`max_subscription_age_s`).
-    pub max_age: Option<std::time::Duration>,
+    /// How long one of its sessions may last, per grant (`max_subscription_age_s`).
+    pub max_age: [Option<std::time::Duration>; 6],
     /// When its credentials expire (a JWT's `exp`, Unix seconds): its sessions end then.
     pub expires_at: Option<u64>,
 }
