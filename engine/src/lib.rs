@@ -14,7 +14,8 @@
 //! same path at step 3.
 //!
 //! [`shard`] runs the io_uring loops, [`server`] starts and stops everything, [`config`] reads the
-//! TOML file, [`registry`] holds the streams, [`filter`] evaluates `where=`.
+//! TOML file, [`registry`] holds the streams, [`filter`] evaluates `where=`, [`ui`] serves the live page
+//! (`GET /ui`).
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -33,3 +34,4 @@ pub mod server;
 pub mod session;
 pub mod shard;
 pub mod tier;
+pub mod ui;

@@ -394,6 +394,7 @@ fn plain_http(ctx: &ShardCtx, req: &Request, name: &str, who: &Identity) -> Vec<
             .header("content-type", "text/plain; version=0.0.4; charset=utf-8")
             .header("cache-control", "no-cache")
             .finish(metrics::render(&ctx.shared, &shown).as_bytes()),
+        ("GET" | "HEAD", page) if crate::ui::wants(page) => crate::ui::serve(page),
         _ if ctx.shared.registry.get(name).is_some() => json_error(
             404,
             "not_found",
