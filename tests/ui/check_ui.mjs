@@ -171,7 +171,8 @@ try {
 
   step = "screenshot";
   await sleep(1200);
-  if (SHOT) await page.screenshot({ path: SHOT });
+  // the top of the page: the process line, the streams, the tail's newest rows (a small PNG)
+  if (SHOT) await page.screenshot({ path: SHOT, clip: { x: 0, y: 0, width: 1280, height: 480 } });
   log("ok");
   await browser.close();
   process.exit(0);

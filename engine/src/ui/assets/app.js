@@ -127,10 +127,10 @@ function renderStream(s, servedAt) {
   const t = s.tiers;
   c.end.textContent = s.durable ? fmtInt(s.end_offset) : "live only";
   c.earliest.textContent = s.durable ? fmtInt(s.earliest_offset ?? (t && t.earliest_offset)) : "–";
-  c.hot.textContent = t ? `${fmtInt(t.hot.rows)} rows · ${fmtBytes(t.hot.bytes)}` : "–";
-  c.sealed.textContent = t ? `${fmtInt(t.sealed.rows)} rows · ${fmtBytes(t.sealed.bytes)}` +
+  c.hot.textContent = t ? `${fmtInt(t.hot.rows)} · ${fmtBytes(t.hot.bytes)}` : "–";
+  c.sealed.textContent = t ? `${fmtInt(t.sealed.rows)} · ${fmtBytes(t.sealed.bytes)}` +
     (t.seal_lag && t.seal_lag.rows ? ` (lag ${fmtInt(t.seal_lag.rows)})` : "") : "–";
-  c.published.textContent = t && t.published ? `${fmtInt(t.published.rows)} rows` +
+  c.published.textContent = t && t.published ? `${fmtInt(t.published.rows)}` +
     (t.published.lag && t.published.lag.rows ? ` (lag ${fmtInt(t.published.lag.rows)})` : "") : "–";
   const by = s.subscribers_by_transport || { websocket: s.subscribers, sse: 0, pull: 0 };
   c.subscribers.textContent = `${by.websocket} / ${by.sse} / ${by.pull}`;
