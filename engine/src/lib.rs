@@ -14,8 +14,8 @@
 //! same path at step 3.
 //!
 //! [`shard`] runs the io_uring loops, [`server`] starts and stops everything, [`config`] reads the
-//! TOML file, [`registry`] holds the streams, [`filter`] evaluates `where=`, [`ui`] serves the live page
-//! (`GET /ui`).
+//! TOML file ([`config_reference`] prints every key with its default), [`registry`] holds the
+//! streams, [`filter`] evaluates `where=`, [`ui`] serves the live page (`GET /ui`).
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -23,6 +23,7 @@ pub mod auth;
 pub mod cli;
 pub mod commit;
 pub mod config;
+pub mod config_reference;
 pub mod cursor;
 pub mod fanout;
 pub mod filter;
