@@ -1,4 +1,6 @@
-//! The Grafana dashboard (`docs/grafana/corecast.json`) against the real `/metrics`.
+//! The operator's kit: the Grafana dashboard (`docs/grafana/corecast.json`) against the real
+//! `/metrics`, the systemd unit (`docs/examples/corecast.service`) and
+//! `corecast config --print-default`.
 //!
 //! Always: every metric name a dashboard query uses is one the broker exposes (read from a live
 //! `/metrics` after rows were published, subscribed and refused), and the stream variable's
@@ -241,4 +243,82 @@ fn prometheus_scrapes_the_broker_and_every_dashboard_query_returns_data() {
         started.elapsed().as_secs_f64()
     );
     drop(sub);
+}
+
+#[test]
+fn the_service_file_keeps_io_uring_working() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/corecast.service");
+    let unit = std::fs::read_to_string(&path).expect("docs/examples/corecast.service");
+    let lines: Vec<&str> = unit
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .collect();
+    let value = |k: &str| {
+        lines
+            .iter()
+            .filter_map(|l| l.strip_prefix(k).and_then(|r| r.strip_prefix('=')))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(value("LimitNOFILE"), ["1048576"]);
+    assert_eq!(value("LimitMEMLOCK"), ["infinity"]);
+    assert!(value("ExecStart")[0].contains("corecast serve --config"));
+    for hardening in ["NoNewPrivileges", "ProtectSystem", "PrivateTmp", "DynamicUser"] {
+        assert!(!value(hardening).is_empty(), "{hardening}");
+    }
+    // an allow-list names io_uring's three calls; no deny-list names them or their group
+    for f in value("SystemCallFilter") {
+        if let Some(deny) = f.strip_prefix('~') {
+            for bad in ["io_uring", "@resources", "@io-event"] {
+                assert!(!deny.contains(bad), "SystemCallFilter={f} blocks {bad}");
+            }
+        } else {
+            for call in ["io_uring_setup", "io_uring_enter", "io_uring_register"] {
+                assert!(f.contains(call), "SystemCallFilter={f} lacks {call}");
+            }
+        }
+    }
+    assert!(
+        !value("RestrictAddressFamilies")[0].contains('~'),
+        "an allow-list of address families"
+    );
+    // systemd's own parser, where it is installed (the binary path pointed at this build)
+    let verify = Command::new("systemd-analyze").arg("--version").output();
+    if verify.is_ok_and(|o| o.status.success()) {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join("corecast.service");
+        let bin = corecast_bin().display().to_string();
+        std::fs::write(&copy, unit.replace("/usr/local/bin/corecast", &bin)).unwrap();
+        let out = Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(&copy)
+            .output()
+            .expect("systemd-analyze verify");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !err.contains("Unknown"),
+            "systemd-analyze verify: {err}"
+        );
+    } else {
+        eprintln!("systemd-analyze is not installed: the unit's syntax is not verified by systemd");
+    }
+}
+
+#[test]
+fn config_print_default_loads_and_serves() {
+    let out = corecast_run(&["config", "--print-default"], None, Duration::from_secs(10));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.starts_with("# corecast configuration reference"));
+    for key in ["listen = ", "max_backlog = ", "[sse]", "[[stream]]", "# [auth]"] {
+        assert!(out.stdout.contains(key), "{key}");
+    }
+    let setup = Setup::new();
+    let cfg = setup.config(&out.stdout);
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let stats = http_get(server.addr, "/stats").json();
+    use sonic_rs::{JsonContainerTrait, JsonValueTrait};
+    let streams = stats.get("streams").and_then(|s| s.as_array()).unwrap();
+    assert_eq!(streams.len(), 1);
+    assert_eq!(streams[0].get("name").and_then(|n| n.as_str()), Some("trades"));
+    assert_eq!(server.stop(), Some(0));
 }
