@@ -81,12 +81,7 @@ fn exposed(server: &Server) -> BTreeSet<String> {
     let text = http_get(server.addr, "/metrics").text();
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| {
-            l.split(['{', ' '])
-                .next()
-                .unwrap_or_default()
-                .to_string()
-        })
+        .map(|l| l.split(['{', ' ']).next().unwrap_or_default().to_string())
         .collect()
 }
 
@@ -98,7 +93,10 @@ fn every_metric_the_dashboard_uses_is_exposed() {
     let mut missing = BTreeSet::new();
     for q in dashboard_queries() {
         let names = metric_names(&q);
-        assert!(!names.is_empty(), "a query that reads no corecast metric: {q}");
+        assert!(
+            !names.is_empty(),
+            "a query that reads no corecast metric: {q}"
+        );
         for n in names {
             if !have.contains(&n) {
                 missing.insert(n);
@@ -179,7 +177,10 @@ fn prometheus_scrapes_the_broker_and_every_dashboard_query_returns_data() {
     let _prom = Kill(
         Command::new(&prometheus)
             .arg(format!("--config.file={}", yml.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
             .arg(format!("--web.listen-address={prom_addr}"))
             .stdout(Stdio::null())
             .stderr(log)
@@ -228,7 +229,9 @@ fn prometheus_scrapes_the_broker_and_every_dashboard_query_returns_data() {
         loop {
             match prom_query(prom_addr, &q) {
                 Ok(n) if n > 0 => break,
-                Ok(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(500)),
+                Ok(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(500))
+                }
                 Ok(_) => {
                     empty.push(q.clone());
                     break;
@@ -263,7 +266,12 @@ fn the_service_file_keeps_io_uring_working() {
     assert_eq!(value("LimitNOFILE"), ["1048576"]);
     assert_eq!(value("LimitMEMLOCK"), ["infinity"]);
     assert!(value("ExecStart")[0].contains("corecast serve --config"));
-    for hardening in ["NoNewPrivileges", "ProtectSystem", "PrivateTmp", "DynamicUser"] {
+    for hardening in [
+        "NoNewPrivileges",
+        "ProtectSystem",
+        "PrivateTmp",
+        "DynamicUser",
+    ] {
         assert!(!value(hardening).is_empty(), "{hardening}");
     }
     // an allow-list names io_uring's three calls; no deny-list names them or their group
@@ -306,10 +314,20 @@ fn the_service_file_keeps_io_uring_working() {
 
 #[test]
 fn config_print_default_loads_and_serves() {
-    let out = corecast_run(&["config", "--print-default"], None, Duration::from_secs(10));
+    let out = corecast_run(
+        &["config", "--print-default"],
+        None,
+        Duration::from_secs(10),
+    );
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(out.stdout.starts_with("# corecast configuration reference"));
-    for key in ["listen = ", "max_backlog = ", "[sse]", "[[stream]]", "# [auth]"] {
+    for key in [
+        "listen = ",
+        "max_backlog = ",
+        "[sse]",
+        "[[stream]]",
+        "# [auth]",
+    ] {
         assert!(out.stdout.contains(key), "{key}");
     }
     let setup = Setup::new();
@@ -319,6 +337,9 @@ fn config_print_default_loads_and_serves() {
     use sonic_rs::{JsonContainerTrait, JsonValueTrait};
     let streams = stats.get("streams").and_then(|s| s.as_array()).unwrap();
     assert_eq!(streams.len(), 1);
-    assert_eq!(streams[0].get("name").and_then(|n| n.as_str()), Some("trades"));
+    assert_eq!(
+        streams[0].get("name").and_then(|n| n.as_str()),
+        Some("trades")
+    );
     assert_eq!(server.stop(), Some(0));
 }

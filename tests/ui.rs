@@ -160,7 +160,10 @@ fn the_page_lists_streams_tails_filters_and_survives_a_restart() {
         writeln!(to_node, "ok").expect("answer the script");
     }
     let status = guard.0.take().unwrap().wait().expect("wait for node");
-    assert!(status.success(), "check_ui.mjs failed ({status}); see its lines above");
+    assert!(
+        status.success(),
+        "check_ui.mjs failed ({status}); see its lines above"
+    );
     let png = std::fs::metadata(&shot).expect("the screenshot").len();
     eprintln!(
         "the /ui browser check passed in {:.1} s; screenshot {} ({png} bytes)",

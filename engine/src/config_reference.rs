@@ -183,7 +183,13 @@ mod tests {
         body.lines()
             .map(str::trim)
             .filter(|l| !l.starts_with('#') && !l.starts_with("//") && l.contains(':'))
-            .map(|l| l.trim_start_matches("pub ").split(':').next().unwrap().to_string())
+            .map(|l| {
+                l.trim_start_matches("pub ")
+                    .split(':')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
             .collect()
     }
 
@@ -237,12 +243,25 @@ mod tests {
         assert!(c.auth.is_none());
         assert_eq!(c.max_connections, None);
         assert_eq!(c.streams.len(), 1);
-        let (got, want) = (&c.streams[0], StreamConfig::with_defaults("trades", None, true));
+        let (got, want) = (
+            &c.streams[0],
+            StreamConfig::with_defaults("trades", None, true),
+        );
         assert_eq!(got.name, want.name);
         assert_eq!(got.schema_json, None);
         assert_eq!(
-            (got.durable, got.exactly_once, got.max_replay, got.max_backlog),
-            (want.durable, want.exactly_once, want.max_replay, want.max_backlog)
+            (
+                got.durable,
+                got.exactly_once,
+                got.max_replay,
+                got.max_backlog
+            ),
+            (
+                want.durable,
+                want.exactly_once,
+                want.max_replay,
+                want.max_backlog
+            )
         );
         assert_eq!(
             (got.max_in_flight, got.max_inbound, got.max_message_bytes),
@@ -253,8 +272,18 @@ mod tests {
             (want.segment_bytes, want.seal_target_bytes, want.seal_every)
         );
         assert_eq!(
-            (&got.published, got.evict_after, got.published_grace, got.retention),
-            (&want.published, want.evict_after, want.published_grace, want.retention)
+            (
+                &got.published,
+                got.evict_after,
+                got.published_grace,
+                got.retention
+            ),
+            (
+                &want.published,
+                want.evict_after,
+                want.published_grace,
+                want.retention
+            )
         );
     }
 

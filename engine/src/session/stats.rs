@@ -51,7 +51,11 @@ pub fn render(shared: &Shared, shown: &dyn Fn(&str) -> bool) -> String {
         let last = st.stats.last_send_us.load(Ordering::Relaxed);
         let earliest = if st.durable() {
             let end = st.end.load(Ordering::Acquire);
-            st.earliest.load(Ordering::Acquire).min(end).max(1).to_string()
+            st.earliest
+                .load(Ordering::Acquire)
+                .min(end)
+                .max(1)
+                .to_string()
         } else {
             "null".into()
         };
