@@ -216,3 +216,51 @@ fn the_assets_are_served_from_the_binary() {
         assert!(t.get(key).is_some(), "/stats streams[0] lacks {key}");
     }
 }
+
+fn hash_token(t: &str) -> String {
+    let out = corecast_run(&["hash-token"], Some(t.as_bytes()), Duration::from_secs(30));
+    assert_eq!(out.code, Some(0), "hash-token: {}", out.stderr);
+    out.stdout.trim().to_string()
+}
+
+#[test]
+fn with_auth_the_page_needs_what_any_reader_needs() {
+    const READER: &str = "reader-token-0123456789";
+    const NOBODY: &str = "nobody-token-0123456789";
+    let setup = Setup::new();
+    let cfg = setup.config(&format!(
+        "{CONFIG}\n[auth]\n[auth.principals.reader]\ntokens = [\"{}\"]\ngrants = {{ \"data.read\" = [\"t\"], \"stats.read\" = [\"t\"] }}\n[auth.principals.nobody]\ntokens = [\"{}\"]\n",
+        hash_token(READER),
+        hash_token(NOBODY)
+    ));
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let get = |path: &str, token: Option<&str>| {
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = auth
+            .as_deref()
+            .map(|a| vec![("authorization", a)])
+            .unwrap_or_default();
+        http_get_from(server.addr, None, path, &headers)
+    };
+    // the page itself: authenticated only
+    assert_eq!(get("/ui", None).status, 401);
+    assert_eq!(get("/ui/app.js", None).status, 401);
+    assert_eq!(get("/ui", Some(NOBODY)).status, 200);
+    // its data: the grants of any reader
+    assert_eq!(get("/stats", Some(NOBODY)).status, 403);
+    assert_eq!(get("/t/events?offset=0", Some(NOBODY)).status, 403);
+    let stats = get("/stats", Some(READER));
+    assert_eq!(stats.status, 200);
+    use sonic_rs::{JsonContainerTrait, JsonValueTrait};
+    let v = stats.json();
+    let names: Vec<&str> = v
+        .get("streams")
+        .and_then(|s| s.as_array())
+        .unwrap()
+        .iter()
+        .filter_map(|s| s.get("name").and_then(|n| n.as_str()))
+        .collect();
+    assert_eq!(names, ["t"], "only the streams stats.read allows");
+    assert_eq!(get("/v1/streams/t", Some(READER)).status, 200);
+    assert_eq!(get("/v1/streams/u", Some(READER)).status, 403);
+}
