@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """The cost of the live page: fan-out with 10 /ui pages open against none, interleaved rounds in
-one run (issue 16, "Shows").
+one run (issue 16, "Shows"). A third mode, `polled`, makes the requests of 10 idle pages (GET
+/stats 10 times a second) from this script, without the browsers: the broker's own cost of the
+pages, apart from 10 renderers competing for the same CPUs.
 
 One headless chromium holds 10 pages for the whole run (bench/ui_pages.mjs), so the browser's
 own CPU is there in both modes: in `pages` they show http://BROKER/ui (each polls /stats once a
@@ -20,7 +22,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REL = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release")
@@ -69,6 +73,30 @@ def cell(addr, pid, a):
     return doc
 
 
+class Polls:
+    """What n idle pages ask of the broker, without the browsers: GET /stats n times a second."""
+
+    def __init__(self, addr, n):
+        self.stop = threading.Event()
+        self.count = 0
+        self.t = threading.Thread(target=self.run, args=(addr, n), daemon=True)
+        self.t.start()
+
+    def run(self, addr, n):
+        nxt = time.monotonic()
+        while not self.stop.is_set():
+            for _ in range(n):
+                with urllib.request.urlopen(f"http://{addr}/stats", timeout=5) as r:
+                    r.read()
+                self.count += 1
+            nxt += 1.0
+            self.stop.wait(max(0.0, nxt - time.monotonic()))
+
+    def close(self):
+        self.stop.set()
+        self.t.join(10)
+
+
 class Pages:
     def __init__(self, n):
         self.p = subprocess.Popen(["node", os.path.join(ROOT, "bench", "ui_pages.mjs"), str(n)],
@@ -83,10 +111,12 @@ class Pages:
 
     def close(self):
         try:
-            self.do("quit")
-        except (SystemExit, BrokenPipeError):
-            pass
-        self.p.wait(20)
+            self.p.stdin.write("quit\n")
+            self.p.stdin.close()
+            self.p.wait(20)
+        except (BrokenPipeError, subprocess.TimeoutExpired):
+            self.p.kill()
+            self.p.wait()
 
 
 def main():
@@ -99,7 +129,7 @@ def main():
     ap.add_argument("--scratch", default=os.environ.get("CORECAST_BENCH_DIR", "/tmp"))
     a = ap.parse_args()
     scratch = tempfile.mkdtemp(prefix="ui-ab-", dir=a.scratch)
-    modes = ["none", "pages"]
+    modes = ["none", "polled", "pages"]
     res = {m: [] for m in modes}
     out = {"machine_before": machine_note(), "config": vars(a).copy()}
     pages = Pages(a.pages)
@@ -109,12 +139,17 @@ def main():
             order = modes if r % 2 == 0 else list(reversed(modes))
             for mode in order:
                 p, addr, logf = start(scratch, mode)
+                polls = None
                 try:
                     pages.do(f"open http://{addr}/ui" if mode == "pages" else "blank")
+                    if mode == "polled":
+                        polls = Polls(addr, a.pages)
                     time.sleep(1)
                     doc = cell(addr, p.pid, a)
                     pages.do("blank")
                 finally:
+                    if polls:
+                        polls.close()
                     p.terminate()
                     p.wait(20)
                     logf.close()
@@ -129,12 +164,14 @@ def main():
                     f"{row['cpu_ns_per_frame']:.0f} ns CPU/frame")
         med = {m: {k: statistics.median(x[k] for x in v) for k in v[0]} for m, v in res.items()}
         out.update(rounds=res, median=med)
-        out["pages_cpu_per_frame_ratio"] = med["pages"]["cpu_ns_per_frame"] / med["none"]["cpu_ns_per_frame"]
-        out["pages_p99_ratio"] = med["pages"]["p99_us"] / med["none"]["p99_us"]
+        for m in ("polled", "pages"):
+            out[f"{m}_cpu_per_frame_ratio"] = med[m]["cpu_ns_per_frame"] / med["none"]["cpu_ns_per_frame"]
+            out[f"{m}_p99_ratio"] = med[m]["p99_us"] / med["none"]["p99_us"]
         out["machine_after"] = machine_note()
         log("medians: " + ", ".join(f"{m} {med[m]['cpu_ns_per_frame']:.0f} ns/frame p99 {med[m]['p99_us']} µs"
                                      for m in modes)
-            + f"; CPU/frame pages/none {out['pages_cpu_per_frame_ratio']:.3f}")
+            + f"; CPU/frame polled/none {out['polled_cpu_per_frame_ratio']:.3f}"
+            + f", pages/none {out['pages_cpu_per_frame_ratio']:.3f}")
     finally:
         pages.close()
         shutil.rmtree(scratch, ignore_errors=True)

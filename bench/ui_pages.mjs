@@ -32,3 +32,4 @@ for await (const line of readline.createInterface({ input: process.stdin })) {
   process.stdout.write("ok\n");
 }
 await browser.close();
+process.exit(0);
