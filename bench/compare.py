@@ -1,9 +1,18 @@
-"""bench/compare: corecast vs the reference broker, one loadgen matrix, one run, one disk.
+"""bench/compare: corecast vs the reference broker (and, with --peers nats, NATS server), one
+loadgen matrix, one run, one disk.
 
 Started by `bench/compare` with the anchor venv's python. Every cell runs against corecast and
 then the reference (A, B, A, B ...) with the same loadgen arguments; each is bounded in time
 (loadgen --duration/--drain/--max-seconds plus a hard timeout here). A cell the reference cannot
 finish in that time records what it did (rows acked, frames delivered) and is marked partial.
+
+--peers nats adds nats-server (bench/nats_setup.sh; GOMAXPROCS = --server-cores) driven by the same
+loadgen with --protocol nats: the fan-out and latency cells on core NATS (subject `trades`), the
+publish cells on JetStream (subject `trades_js`, a stream with file storage; the server runs with
+`sync_interval: always`, so a PubAck means fsynced), and a "durable" group (corecast vs JetStream
+push consumers, K = 1, 10, 100 at 1,000 rows/s). NATS has no replay: fill/replay cells skip it.
+A NATS cell that fails restarts nats-server (a fresh store), so work it still owes (JetStream
+acks past the drain) does not load the next cell.
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
 
@@ -17,11 +26,16 @@ ap.add_argument("--scratch", default=None, help="data directories live here (and
 ap.add_argument("--cell-seconds", type=float, default=3.0)
 ap.add_argument("--server-cores", type=int, default=1)
 ap.add_argument("--client-threads", type=int, default=1)
-ap.add_argument("--only", default="", help="comma list of cell groups: replay,publish,fanout,latency")
+ap.add_argument("--only", default="", help="comma list of cell groups: replay,publish,fanout,latency,durable")
+ap.add_argument("--peers", default="", help="comma list of further brokers: nats")
+ap.add_argument("--no-reference", action="store_true", help="leave the reference broker out")
 a = ap.parse_args()
+peers = set(x for x in a.peers.split(",") if x)
+if peers - {"nats"}:
+    raise SystemExit(f"unknown --peers {sorted(peers - {'nats'})} (known: nats)")
 
 ROOT, ANCHOR, PY = a.root, a.anchor, sys.executable
-REL = os.path.join(ROOT, "target", "release")
+REL = os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "release")
 D = a.cell_seconds
 only = set(x for x in a.only.split(",") if x)
 
@@ -75,6 +89,51 @@ def start_corecast():
     addr = line.split("listening on ")[1].split()[0]
     return {"name": "corecast", "url": f"ws://{addr}/trades", "pid": p.pid, "line": line.strip()}
 
+def free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+NATS_BIN = None
+nats_gen = [0]
+
+def start_nats():
+    """nats-server with a WebSocket listener and JetStream (file storage, fsync on every write)."""
+    import socket
+    nats_gen[0] += 1
+    d = os.path.join(scratch, f"nats{nats_gen[0]}")
+    os.makedirs(d, exist_ok=True)
+    ws, cl = free_port(), free_port()
+    conf = os.path.join(d, "nats.conf")
+    with open(conf, "w") as f:
+        f.write(f'listen: "127.0.0.1:{cl}"\nwebsocket {{ listen: "127.0.0.1:{ws}", no_tls: true }}\n'
+                f'jetstream {{ store_dir: "{d}/js", sync_interval: always }}\n')
+    env = dict(os.environ, GOMAXPROCS=str(a.server_cores))
+    p = subprocess.Popen([NATS_BIN, "-c", conf], stdout=subprocess.DEVNULL,
+                         stderr=open(os.path.join(d, "nats.log"), "w"), env=env)
+    procs.append(p)
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", ws), timeout=1).close()
+            break
+        except OSError:
+            if p.poll() is not None:
+                raise SystemExit(f"nats-server exited: {open(os.path.join(d, 'nats.log')).read()[-500:]}")
+            time.sleep(0.05)
+    return {"name": "nats", "url": f"ws://127.0.0.1:{ws}/trades", "js_url": f"ws://127.0.0.1:{ws}/trades_js",
+            "pid": p.pid, "proc": p}
+
+def stop(server):
+    p = server.get("proc")
+    if p and p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
 def commit_counters(server):
     """(rows committed, commits) of the `trades` stream from corecast's /metrics; None for the reference."""
     if server["name"] != "corecast":
@@ -94,10 +153,15 @@ def commit_counters(server):
         return None
     return vals["corecast_rows_in_total"], vals["corecast_commit_latency_seconds_count"]
 
-def loadgen(server, args, limit):
+def loadgen(server, args, limit, extra=()):
     before = commit_counters(server)
-    cmd = [os.path.join(REL, "loadgen"), "--url", server["url"], "--server-pid", str(server["pid"]),
-           "--json", "--threads", str(a.client_threads), "--max-seconds", str(limit)] + [str(x) for x in args]
+    url = server["url"]
+    if server["name"] == "nats":
+        jetstream = "--nats-jetstream" in extra
+        url = server["js_url"] if jetstream else server["url"]
+    cmd = [os.path.join(REL, "loadgen"), "--url", url, "--server-pid", str(server["pid"]),
+           "--json", "--threads", str(a.client_threads), "--max-seconds", str(limit)] + [str(x) for x in args] + list(extra)
+    load0 = os.getloadavg()[0]
     t = time.time()
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit + 15)
@@ -109,8 +173,9 @@ def loadgen(server, args, limit):
     if before and after and after[1] > before[1]:
         # what the server actually folded into each commit during this cell
         doc["_rows_per_commit"] = (after[0] - before[0]) / (after[1] - before[1])
-    doc["_cmd"] = " ".join(cmd[1:]).replace(server["url"], "$URL").replace(str(server["pid"]), "$PID")
+    doc["_cmd"] = " ".join(cmd[1:]).replace(url, "$URL").replace(str(server["pid"]), "$PID")
     doc["_wall_s"] = round(time.time() - t, 2)
+    doc["_load1"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
     log(f"  {server['name']:9s} {doc['_wall_s']:5.1f}s ok={doc.get('ok')} {'; '.join(doc.get('failures', []))[:160]}")
     return doc
 
@@ -127,17 +192,38 @@ try:
     results["fsync"] = fs
     f50, f99 = fs["fsync"]["p50_ms"], fs["fsync"]["p99_ms"]
     log(f"fsync p50 {f50} ms p99 {f99} ms (sqlite WAL commit p50 {fs['sqlite_wal_full_commit']['p50_ms']} ms)")
+    results["load_start"] = os.getloadavg()
     cc = start_corecast()
-    ref = start_reference()
+    servers = [cc]
+    if not a.no_reference:
+        servers.append(start_reference())
+    if "nats" in peers:
+        NATS_BIN = subprocess.run([os.path.join(ROOT, "bench", "nats_setup.sh")], capture_output=True,
+                                  text=True, check=True).stdout.strip().splitlines()[-1]
+        results["nats_version"] = subprocess.run([NATS_BIN, "--version"], capture_output=True, text=True).stdout.strip()
+        log(results["nats_version"])
+        servers.append(start_nats())
     results["corecast_start"] = cc.get("line")
-    servers = [cc, ref]
 
     def cell(group, name, args, limit):
         if only and group not in only:
             return None
         log(f"[{group}] {name}: loadgen {' '.join(map(str, args))}")
         c = {"group": group, "name": name, "args": args, "runs": {}}
-        for s in servers:
+        for i, s in enumerate(servers):
+            if s["name"] == "nats":
+                if group in ("fill", "replay"):
+                    continue  # core NATS has no log to replay
+                extra = ["--protocol", "nats"] + (["--nats-jetstream"] if group in ("publish", "durable") else [])
+                doc = loadgen(s, args, limit, extra)
+                c["runs"]["nats"] = doc
+                if not doc.get("ok"):
+                    log("  nats: restarting nats-server (a fresh store) after a failed cell")
+                    stop(s)
+                    servers[i] = start_nats()
+                continue
+            if group == "durable" and s["name"] == "reference":
+                continue  # the durable fan-out group is corecast vs JetStream only
             c["runs"][s["name"]] = loadgen(s, args, limit)
         results["cells"].append(c)
         return c
@@ -166,6 +252,14 @@ try:
     # 4. latency at fixed rates
     cell("latency", "latency K=10 @1000 rows/s", ["--publishers", 1, "--window", 64, "--rate", 1000, "--subscribers", 10, "--duration", D, "--drain", 10, "--sample", 1], D + 45)
     cell("latency", "latency K=1000 @10000 rows/s", ["--publishers", 1, "--window", 64, "--rate", 10000, "--subscribers", 1000, "--duration", D, "--drain", 10, "--sample", 16], D + 45)
+    # 5. durable fan-out, with NATS only: corecast's fan-out (rows delivered after their commit)
+    # vs JetStream push consumers (one ephemeral consumer per subscriber, delivery after the
+    # store, sync_interval always); K = 1,000 is left out: nats-server refused consumer creates
+    # near 1,000 ("maximum consumers limit reached") on this machine
+    if "nats" in peers:
+        for k in (1, 10, 100):
+            cell("durable", f"durable fan-out K={k} @1000 rows/s (NATS: JetStream push consumers)", ["--publishers", 1, "--window", 64, "--rate", 1000, "--subscribers", k, "--duration", D, "--drain", 10], D + 45)
+    results["load_end"] = os.getloadavg()
 finally:
     cleanup()
 
@@ -187,22 +281,49 @@ def ratio(c, r, higher_better=True):
     x = c / r if higher_better else r / c
     return f"{x:,.1f}×"
 
+HAS_REF = not a.no_reference
+HAS_NATS = "nats" in peers
 rows = []
-def add(cellname, metric, c, r, higher_better=True, unit="", note=""):
-    rows.append((cellname, metric, fmt(c, unit), fmt(r, unit), ratio(c, r, higher_better), note))
+def add(cellname, metric, c, r, higher_better=True, unit="", note="", n=None, load=""):
+    row = [cellname, metric, fmt(c, unit)]
+    if HAS_REF:
+        row += [fmt(r, unit), ratio(c, r, higher_better)]
+    if HAS_NATS:
+        row += [fmt(n, unit), ratio(c, n, higher_better)]
+    row += [load, note]
+    rows.append(tuple(row))
+
+def text_row(cellname, metric, c, r, n=None):
+    row = [cellname, metric, c]
+    if HAS_REF:
+        row += [r, ""]
+    if HAS_NATS:
+        row += [n if n is not None else "—", ""]
+    row += ["", ""]
+    rows.append(tuple(row))
 
 def partial(doc):
     return "" if doc.get("ok") else "partial: " + "; ".join(doc.get("failures", []))[:90]
 
+def cell_load(c):
+    v = [x for d in c["runs"].values() for x in d.get("_load1", [])]
+    return f"{max(v):.2f}" if v else ""
+
 replays = {"corecast": [], "reference": []}
 greets = {"corecast": [], "reference": []}
 goals = []
+EMPTY = {}
 for c in results["cells"]:
-    cc, rf = c["runs"]["corecast"], c["runs"]["reference"]
+    cc = c["runs"]["corecast"]
+    rf = c["runs"].get("reference", EMPTY)
+    nt = c["runs"].get("nats", EMPTY)
     grp, name = c["group"], c["name"]
-    notes = "; ".join(x for x in (("cc " + partial(cc)) if partial(cc) else "", ("ref " + partial(rf)) if partial(rf) else "") if x)
+    load = cell_load(c)
+    notes = "; ".join(x for x in (("cc " + partial(cc)) if partial(cc) else "",
+                                   ("ref " + partial(rf)) if rf and partial(rf) else "",
+                                   ("nats " + partial(nt)) if nt and partial(nt) else "") if x)
     if grp == "fill":
-        add(name, "rows/s", g(cc, "publish", "rows_per_s"), g(rf, "publish", "rows_per_s"), note=notes)
+        add(name, "rows/s", g(cc, "publish", "rows_per_s"), g(rf, "publish", "rows_per_s"), note=notes, load=load)
     elif grp == "replay":
         for s, d in (("corecast", cc), ("reference", rf)):
             if g(d, "replay", "rows_per_s"):
@@ -213,32 +334,44 @@ for c in results["cells"]:
         w, b = c["args"][3], c["args"][5]
         rpc = min(w * b, 65536)
         bound = rpc / (f50 / 1000)
-        cr, rr = g(cc, "publish", "rows_per_s"), g(rf, "publish", "rows_per_s")
-        pc = f"{100 * cr / bound:.1f}%" if cr else "—"
-        pr = f"{100 * rr / bound:.1f}%" if rr else "—"
-        add(name, "rows/s", cr, rr, note=notes)
-        rows.append((name, f"% of fsync bound ({rpc} rows/commit ÷ fsync p50)", pc, pr, "", ""))
+        cr, rr, nr = g(cc, "publish", "rows_per_s"), g(rf, "publish", "rows_per_s"), g(nt, "publish", "rows_per_s")
+        pct = lambda v: f"{100 * v / bound:.1f}%" if v else "—"
+        pc = pct(cr)
+        xname = name + (" (NATS: JetStream)" if HAS_NATS else "")
+        add(xname, "rows/s", cr, rr, note=notes, n=nr, load=load)
+        text_row(xname, f"% of fsync bound ({rpc} rows/commit ÷ fsync p50)", pc, pct(rr), pct(nr))
         mrpc = cc.get("_rows_per_commit")
         if mrpc and cr:
             # the bound at the rows per commit corecast measured (its /metrics), for corecast only
             mpc = f"{100 * cr / (mrpc / (f50 / 1000)):.1f}%"
-            rows.append((name, f"% of fsync bound at the measured {mrpc:,.1f} rows/commit", mpc, "—", "", ""))
+            text_row(xname, f"% of fsync bound at the measured {mrpc:,.1f} rows/commit", mpc, "—", "—")
             goals.append(("durable publish % of fsync bound at measured rows/commit, " + name, mpc, "≥ 80%"))
-        add(name, "server CPU µs/row", g(cc, "server", "cpu_us_per_published_row"), g(rf, "server", "cpu_us_per_published_row"), higher_better=False)
-        add(name, "ack p99 ms", (g(cc, "publish", "ack_latency_us", "p99") or 0) / 1000, (g(rf, "publish", "ack_latency_us", "p99") or 0) / 1000, higher_better=False)
+        add(xname, "server CPU µs/row", g(cc, "server", "cpu_us_per_published_row"), g(rf, "server", "cpu_us_per_published_row"),
+            higher_better=False, n=g(nt, "server", "cpu_us_per_published_row"))
+        p99 = lambda d: (g(d, "publish", "ack_latency_us", "p99") or 0) / 1000 if d else None
+        add(xname, "ack p99 ms", p99(cc), p99(rf), higher_better=False, n=p99(nt))
         goals.append(("durable publish % of fsync bound, " + name, pc, "≥ 80%"))
-    elif grp in ("fanout", "latency"):
-        add(name, "delivered frames/s", g(cc, "deliver", "frames_per_s"), g(rf, "deliver", "frames_per_s"), note=notes)
-        add(name, "server CPU µs/delivered frame", g(cc, "server", "cpu_us_per_delivered_frame"), g(rf, "server", "cpu_us_per_delivered_frame"), higher_better=False)
-        add(name, "p99 publish→deliver ms", (g(cc, "latency_us", "p99") or 0) / 1000, (g(rf, "latency_us", "p99") or 0) / 1000, higher_better=False)
+        if HAS_NATS and nr:
+            goals.append((f"durable publish rows/s vs NATS JetStream (sync always), {name}", ratio(cr, nr), "≥ 1.0×"))
+    elif grp in ("fanout", "latency", "durable"):
+        add(name, "delivered frames/s", g(cc, "deliver", "frames_per_s"), g(rf, "deliver", "frames_per_s"), note=notes,
+            n=g(nt, "deliver", "frames_per_s"), load=load)
+        pf = lambda d: g(d, "server", "cpu_us_per_delivered_frame")
+        add(name, "server CPU µs/delivered frame", pf(cc), pf(rf), higher_better=False, n=pf(nt))
+        lp = lambda d: (g(d, "latency_us", "p99") or 0) / 1000 if d else None
+        add(name, "p99 publish→deliver ms", lp(cc), lp(rf), higher_better=False, n=lp(nt))
+        if HAS_NATS and pf(cc) and pf(nt):
+            peer = "JetStream" if grp == "durable" else "core NATS"
+            goals.append((f"frames per server CPU-second vs {peer}, {name}", ratio(pf(cc), pf(nt), False), "≥ 2.0×"))
+            goals.append((f"p99 vs {peer}, {name}", f"{lp(cc):.3g} vs {lp(nt):.3g} ms", "corecast ≤ NATS"))
         if name == "fan-out K=1000 max (w64 b100)":
-            pf = g(cc, "server", "cpu_us_per_delivered_frame")
-            goals.append(("server CPU per delivered frame at 1,000 subscribers", fmt(pf, " µs"), "≤ 0.1 µs (reference ≈ 10 µs)"))
-            goals.append(("delivered frames/s per server core (1e6 ÷ CPU µs/frame)", fmt(1e6 / pf if pf else None), "≥ 2,000,000"))
+            p = pf(cc)
+            goals.append(("server CPU per delivered frame at 1,000 subscribers", fmt(p, " µs"), "≤ 0.1 µs (reference ≈ 10 µs)"))
+            goals.append(("delivered frames/s per server core (1e6 ÷ CPU µs/frame)", fmt(1e6 / p if p else None), "≥ 2,000,000"))
             goals.append(("delivered frames/s wall clock, 1,000 subscribers", fmt(g(cc, "deliver", "frames_per_s")), "(client-bound here)"))
         if name == "latency K=1000 @10000 rows/s":
-            p99 = g(cc, "latency_us", "p99")
-            goals.append(("p99 publish→deliver, 1,000 subs × 10,000 rows/s", fmt(p99 / 1000 if p99 else None, " ms"), f"≤ fsync p99 + 1 ms = {f99 + 1:.2f} ms"))
+            p99v = g(cc, "latency_us", "p99")
+            goals.append(("p99 publish→deliver, 1,000 subs × 10,000 rows/s", fmt(p99v / 1000 if p99v else None, " ms"), f"≤ fsync p99 + 1 ms = {f99 + 1:.2f} ms"))
             goals.append(("  … rows/s actually published in that cell", fmt(g(cc, "publish", "rows_per_s")), "10,000"))
 if replays["corecast"] or replays["reference"]:
     med = lambda v: statistics.median(v) if v else None
@@ -249,10 +382,24 @@ if replays["corecast"] or replays["reference"]:
 
 lines = []
 lines.append(f"fsync p50 {f50} ms, p99 {f99} ms; fdatasync p50 {fs['fdatasync']['p50_ms']} ms; SQLite WAL FULL commit p50 {fs['sqlite_wal_full_commit']['p50_ms']} ms, p99 {fs['sqlite_wal_full_commit']['p99_ms']} ms (same run, same disk)")
-lines.append(f"corecast --cores {a.server_cores}; loadgen --threads {a.client_threads}; {os.cpu_count()} CPUs; cell {D} s")
+ls, le = results.get("load_start"), results.get("load_end")
+loadtxt = f"; load average (1/5/15 min) at start {ls[0]:.2f}/{ls[1]:.2f}/{ls[2]:.2f}, at end {le[0]:.2f}/{le[1]:.2f}/{le[2]:.2f}" if ls and le else ""
+lines.append(f"corecast --cores {a.server_cores}; loadgen --threads {a.client_threads}; {os.cpu_count()} CPUs; cell {D} s{loadtxt}")
+if HAS_NATS:
+    lines.append(f"{results.get('nats_version', 'nats-server')}, GOMAXPROCS={a.server_cores}; fan-out/latency cells: core NATS; publish cells: JetStream, file storage, sync_interval always; durable fan-out cells: JetStream push consumers")
 lines.append("")
-lines.append("| cell | metric | corecast | reference | ratio (corecast better ↑) | note |")
-lines.append("|---|---|---:|---:|---:|---|")
+head = ["cell", "metric", "corecast"]
+align = ["---", "---", "---:"]
+if HAS_REF:
+    head += ["reference", "ratio (corecast better ↑)"]
+    align += ["---:", "---:"]
+if HAS_NATS:
+    head += ["NATS", "ratio vs NATS (corecast better ↑)"]
+    align += ["---:", "---:"]
+head += ["load (1 min, max over the cell)", "note"]
+align += ["---:", "---"]
+lines.append("| " + " | ".join(head) + " |")
+lines.append("|" + "|".join(align) + "|")
 for r in rows:
     lines.append("| " + " | ".join(r) + " |")
 lines.append("")

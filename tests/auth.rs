@@ -162,6 +162,44 @@ fn greeting(ws: &mut Ws) -> sonic_rs::Value {
     sonic_rs::from_str(&g).unwrap()
 }
 
+/// `corecast serve` on a config that must be refused: its output.
+fn serve_refused(cfg: &Path, data: &Path) -> CliOut {
+    corecast_run(
+        &[
+            "serve",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--data",
+            data.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        None,
+        Duration::from_secs(30),
+    )
+}
+
+/// The data of the SSE stream's `event: end`.
+fn sse_end(sse: &mut SseStream) -> String {
+    loop {
+        match sse.next_event(Duration::from_secs(10)) {
+            Some((_, ev, data)) if ev == "end" => return data,
+            Some(_) => continue,
+            None => panic!("no end event"),
+        }
+    }
+}
+
+/// Sends SIGHUP to the server.
+fn sighup(server: &Server) {
+    let pid = server.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .unwrap()
+        .success());
+}
+
 struct World {
     setup: Setup,
     server: Server,
@@ -170,12 +208,17 @@ struct World {
 }
 
 fn world(extra: &str) -> World {
+    world_edited(extra, |t| t)
+}
+
+/// [`world`] with its config text passed through `edit` first.
+fn world_edited(extra: &str, edit: impl Fn(String) -> String) -> World {
     let setup = Setup::new();
     let alice = hash_password(ALICE_PW);
     let bob = hash_token(BOB_TOKEN);
     assert!(alice.starts_with("$argon2id$"), "{alice}");
     assert_eq!(bob.len(), 64, "{bob}");
-    let cfg = setup.config(&config_text(&alice, &bob, extra));
+    let cfg = setup.config(&edit(config_text(&alice, &bob, extra)));
     let server = Server::start(Some(&cfg), &setup.data(), &[]);
     World {
         setup,
@@ -253,7 +296,10 @@ fn every_websocket_refusal_comes_before_the_upgrade() {
     assert_eq!(status, 401);
     let (status, text, _) = raw_upgrade(addr, "/trades", &[("Authorization", "Digest abc")]);
     assert_eq!(status, 401);
-    assert!(text.contains("not Basic or Bearer"), "{text}");
+    assert!(
+        text.contains("is not `Basic …` or `Bearer …`") && !text.contains("abc"),
+        "{text}"
+    );
     // credentials in the query string are never interpreted
     let (status, text, _) = raw_upgrade(addr, &format!("/trades?access_token={BOB_TOKEN}"), &[]);
     assert_eq!(status, 401, "{text}");
@@ -606,12 +652,7 @@ fn sighup_reloads_principals_and_grants() {
         "grants = { \"stats.read\" = [\"trades\"] }",
     );
     w.setup.config(&text);
-    let pid = w.server.child.id().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap()
-        .success());
+    sighup(&w.server);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (status, _, _) = raw_upgrade(addr, "/trades", &[("Authorization", &alice)]);
@@ -637,11 +678,7 @@ fn sighup_reloads_principals_and_grants() {
         "[auth]\nbogus = 1\n",
     )
     .unwrap();
-    assert!(std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap()
-        .success());
+    sighup(&w.server);
     std::thread::sleep(Duration::from_millis(500));
     let mut ws = ws_with(
         &w.server,
@@ -697,19 +734,7 @@ fn bad_auth_config_is_refused_naming_the_key() {
     ];
     for (body, expect) in cases {
         let cfg = setup.config(&format!("{body}\n[[stream]]\nname = \"t\"\n"));
-        let out = corecast_run(
-            &[
-                "serve",
-                "--config",
-                cfg.to_str().unwrap(),
-                "--data",
-                data.to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
-            ],
-            None,
-            Duration::from_secs(30),
-        );
+        let out = serve_refused(&cfg, &data);
         assert_eq!(out.code, Some(2), "{body}: {}", out.stderr);
         assert!(out.stderr.contains(expect), "{body}: {}", out.stderr);
         assert!(
@@ -889,13 +914,7 @@ fn revoking_a_principal_closes_its_sockets_and_refuses_it_until_reload() {
         recv_close(&mut publ),
         (1008, r#"{"error":"revoked"}"#.to_string())
     );
-    let end = loop {
-        match sse.next_event(Duration::from_secs(10)) {
-            Some((_, ev, data)) if ev == "end" => break data,
-            Some(_) => continue,
-            None => panic!("no end event"),
-        }
-    };
+    let end = sse_end(&mut sse);
     assert_eq!(end, r#"{"reason":"revoked"}"#);
     assert!(
         t.elapsed() < Duration::from_secs(5),
@@ -916,12 +935,7 @@ fn revoking_a_principal_closes_its_sockets_and_refuses_it_until_reload() {
     publish_on(&mut p, &[trade(42, "REV")]);
     assert!(recv_text(&mut alice).contains("\"trade_id\":42"));
     // SIGHUP reloads the config: erin is back
-    let pid = w.server.child.id().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .unwrap()
-        .success());
+    sighup(&w.server);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         match ws_with(&w.server, "/trades", &h) {
@@ -933,4 +947,365 @@ fn revoking_a_principal_closes_its_sockets_and_refuses_it_until_reload() {
             Err(code) => panic!("erin not back after SIGHUP: {code}"),
         }
     }
+}
+
+#[test]
+fn sessions_end_at_the_age_limit_and_at_the_jwt_expiry() {
+    let extra = format!(
+        "\n[auth.principals.frank]\ntokens = [\"{}\"]\ngrants = {{ \"data.read\" = [\"trades\"] }}\nmax_subscription_age_s = 2\n",
+        hash_token("frank-token")
+    );
+    // a JWT session ends at exp + leeway_s (the leeway it was admitted with): 1 s here
+    let w = world_edited(&extra, |t| {
+        t.replace("secret = \"", "leeway_s = 1\nsecret = \"")
+    });
+    let addr = w.server.addr;
+    let frank = [("authorization", "Bearer frank-token")];
+    let t = Instant::now();
+    let mut ws = ws_with(&w.server, "/trades", &frank).unwrap();
+    greeting(&mut ws);
+    let mut sse = SseStream::open(addr, None, "/trades/events", &frank);
+    assert_eq!(sse.status, 200);
+    assert_eq!(
+        recv_close(&mut ws),
+        (1008, r#"{"error":"expired"}"#.to_string())
+    );
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(6),
+        "{waited:?}"
+    );
+    let end = sse_end(&mut sse);
+    assert_eq!(end, r#"{"reason":"expired"}"#);
+    // a JWT's exp ends its sessions too (the client reconnects with a fresh token)
+    let token = jwt("carol", 3, Some(r#"{"data.read":["trades"]}"#), HS_SECRET);
+    let t = Instant::now();
+    let mut ws = ws_with(
+        &w.server,
+        "/trades",
+        &[("authorization", &format!("Bearer {token}"))],
+    )
+    .unwrap();
+    greeting(&mut ws);
+    assert_eq!(
+        recv_close(&mut ws),
+        (1008, r#"{"error":"expired"}"#.to_string())
+    );
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(7),
+        "{waited:?}"
+    );
+    // alice has no age limit: still reading
+    let mut a = ws_with(
+        &w.server,
+        "/trades",
+        &[("authorization", &basic("alice", ALICE_PW))],
+    )
+    .unwrap();
+    greeting(&mut a);
+}
+
+/// Regressions found by trying to break the layer.
+#[test]
+fn what_a_hostile_client_tried_is_refused() {
+    let extra = format!(
+        "{}\n[[stream]]\nname = \"stats\"\n",
+        erin_and_admin(&hash_password("admin-pw"))
+    );
+    // the streams must come before [auth] in TOML: put `stats` first
+    let w = {
+        let setup = Setup::new();
+        let alice = hash_password(ALICE_PW);
+        let bob = hash_token(BOB_TOKEN);
+        let text = config_text(&alice, &bob, "");
+        let (head, tail) = text.split_at(text.find("[auth]").unwrap());
+        let cfg = setup.config(&format!(
+            "{head}[[stream]]\nname = \"stats\"\n\n{tail}{}",
+            extra.replace("\n[[stream]]\nname = \"stats\"\n", "")
+        ));
+        let server = Server::start(Some(&cfg), &setup.data(), &[]);
+        World {
+            setup,
+            server,
+            alice,
+            bob,
+        }
+    };
+    let addr = w.server.addr;
+    let alice = basic("alice", ALICE_PW);
+    // a stream named `stats`, asked for as SSE, needs data.read on it (not any stats.read)
+    let r = http_get_from(
+        addr,
+        None,
+        "/stats?offset=0",
+        &[("authorization", &alice), ("accept", "text/event-stream")],
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(
+        r.text().contains("data.read grant on stream stats"),
+        "{}",
+        r.text()
+    );
+    // a stream the caller may not read looks like no stream at all
+    let r = http_get_from(addr, None, "/secret", &[]);
+    assert_eq!(r.status, 404);
+    assert!(r.text().contains("no such path"), "{}", r.text());
+    // a grant on a stream that does not exist: its 4404 lists only readable streams
+    let ghost = jwt(
+        "ghost",
+        300,
+        Some(r#"{"data.read":["ghost","public"]}"#),
+        HS_SECRET,
+    );
+    let mut ws = ws_with(
+        &w.server,
+        "/ghost",
+        &[("authorization", &format!("Bearer {ghost}"))],
+    )
+    .unwrap();
+    let (code, reason) = recv_close(&mut ws);
+    assert_eq!(code, 4404);
+    assert!(
+        !reason.contains("secret") && !reason.contains("trades"),
+        "{reason}"
+    );
+    assert!(reason.contains("public"), "{reason}");
+    // a revocation needs a JSON content type (no cross-site form) and, from a page, a listed origin
+    let admin = basic("admin", "admin-pw");
+    let post = |headers: &str| {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "POST /v1/principals/erin/revoke HTTP/1.1\r\nHost: x\r\nAuthorization: {admin}\r\n{headers}Content-Length: 0\r\n\r\n").unwrap();
+        let mut t = String::new();
+        s.read_to_string(&mut t).unwrap();
+        t
+    };
+    assert!(post("Content-Type: text/plain\r\n").starts_with("HTTP/1.1 415"));
+    assert!(
+        post("Content-Type: application/json\r\nOrigin: https://evil.example\r\n")
+            .starts_with("HTTP/1.1 403")
+    );
+    // a JWT principal whose sub holds '/' can be revoked
+    let sub = "https://idp.example/users/42";
+    let token = jwt(sub, 300, Some(r#"{"data.read":["trades"]}"#), HS_SECRET);
+    let mut s = ws_with(
+        &w.server,
+        "/trades",
+        &[("authorization", &format!("Bearer {token}"))],
+    )
+    .unwrap();
+    greeting(&mut s);
+    let (code, out, err) = revoke_cli(
+        addr,
+        sub,
+        &[
+            ("CORECAST_USER", "admin"),
+            ("CORECAST_PASSWORD", "admin-pw"),
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(
+        recv_close(&mut s),
+        (1008, r#"{"error":"revoked"}"#.to_string())
+    );
+    // a waiting long poll ends when its principal is revoked
+    let erin = format!("Bearer {ERIN_TOKEN}");
+    let poller = std::thread::spawn(move || {
+        let t = Instant::now();
+        let r = http_get_from(
+            addr,
+            None,
+            "/v1/streams/trades/rows?from=latest&wait=20",
+            &[("authorization", &erin)],
+        );
+        (r.status, r.text(), t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, _, err) = revoke_cli(
+        addr,
+        "erin",
+        &[
+            ("CORECAST_USER", "admin"),
+            ("CORECAST_PASSWORD", "admin-pw"),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (status, text, took) = poller.join().unwrap();
+    assert_eq!(status, 403, "{text}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+#[test]
+fn a_burst_of_wrong_passwords_runs_no_more_checks_than_the_limit() {
+    let setup = Setup::new();
+    let cfg_text = config_text(&hash_password(ALICE_PW), &hash_token(BOB_TOKEN), "").replace(
+        "max_failures_per_minute = 1000",
+        "max_failures_per_minute = 5",
+    );
+    let cfg = setup.config(&cfg_text);
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let addr = server.addr;
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..30)
+            .map(|_| {
+                s.spawn(move || {
+                    raw_upgrade(
+                        addr,
+                        "/trades",
+                        &[("Authorization", &basic("alice", "bad"))],
+                    )
+                    .0
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let checked = statuses.iter().filter(|&&s| s == 401).count();
+    let limited = statuses.iter().filter(|&&s| s == 429).count();
+    assert!(checked <= 5, "{statuses:?}");
+    assert_eq!(checked + limited, 30, "{statuses:?}");
+}
+
+#[test]
+fn a_syntax_error_on_a_secret_line_does_not_print_the_secret() {
+    let setup = Setup::new();
+    let cfg = setup.config(&format!(
+        "[[stream]]\nname = \"t\"\n[auth.jwt]\nalgorithm = \"HS256\"\nsecret = \"{HS_SECRET}\n"
+    ));
+    let data = setup.data();
+    let out = serve_refused(&cfg, &data);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("secret = <redacted>"), "{}", out.stderr);
+    assert!(!out.stderr.contains(HS_SECRET), "{}", out.stderr);
+}
+
+#[test]
+fn max_connections_counts_admitted_connections_only() {
+    let setup = Setup::new();
+    let text = config_text(&hash_password(ALICE_PW), &hash_token(BOB_TOKEN), "").replace(
+        "allowed_origins = [",
+        "max_connections = 2\nallowed_origins = [",
+    );
+    let cfg = setup.config(&text);
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let addr = server.addr;
+    // clients that never finish a head hold no place
+    let idle: Vec<_> = (0..5)
+        .map(|_| std::net::TcpStream::connect(addr).unwrap())
+        .collect();
+    let mut a = ws_with(&server, "/public", &[]).unwrap();
+    greeting(&mut a);
+    let mut b = ws_with(&server, "/public", &[]).unwrap();
+    greeting(&mut b);
+    let (status, text, _) = raw_upgrade(addr, "/public", &[]);
+    assert_eq!(status, 429, "{text}");
+    assert!(
+        text.contains("too_many_connections") && text.contains("retry-after: 1"),
+        "{text}"
+    );
+    drop(idle);
+}
+
+/// `corecast ARGS` with `env` set (and no credentials inherited from the test's environment).
+fn cli_env(args: &[&str], stdin: &[u8], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    use std::process::Stdio;
+    let mut child = std::process::Command::new(corecast_bin())
+        .args(args)
+        .env("CORECAST_LOG", "warn")
+        .env_remove("CORECAST_TOKEN")
+        .env_remove("CORECAST_USER")
+        .env_remove("CORECAST_PASSWORD")
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_cli_signs_in_from_the_url_or_the_environment() {
+    let w = world("");
+    let addr = w.server.addr;
+    let rows: String = (1..=20).map(|i| trade(i, "CLI") + "\n").collect();
+    let url = format!("ws://{addr}/trades");
+    // no credentials: refused (exit 1), with what to do
+    let (code, _, err) = cli_env(&["pub", &url], rows.as_bytes(), &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("HTTP 401") && err.contains("CORECAST_TOKEN"),
+        "{err}"
+    );
+    // bob's token from the environment publishes
+    let (code, out, err) = cli_env(
+        &["pub", &url],
+        rows.as_bytes(),
+        &[("CORECAST_TOKEN", BOB_TOKEN)],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    // alice reads with her password in the URL (percent-encoded), every row, in order
+    let with_userinfo = format!("ws://alice:{}@{addr}/trades", ALICE_PW.replace(' ', "%20"));
+    let (code, out, err) = cli_env(
+        &[
+            "sub",
+            &with_userinfo,
+            "--offset",
+            "1",
+            "--count",
+            "20",
+            "--rows-only",
+        ],
+        b"",
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let got: Vec<&str> = out.lines().collect();
+    assert_eq!(got.len(), 20, "{out}");
+    for (i, line) in got.iter().enumerate() {
+        assert!(line.contains(&format!("\"trade_id\":{}", i + 1)), "{line}");
+    }
+    // ... and with CORECAST_USER/CORECAST_PASSWORD, through tail
+    let (code, out, err) = cli_env(
+        &["tail", &url, "-n", "3", "--count", "3", "--rows-only"],
+        b"",
+        &[("CORECAST_USER", "alice"), ("CORECAST_PASSWORD", ALICE_PW)],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.lines().count(), 3, "{out}");
+    // alice may not publish: 403, exit 1
+    let (code, _, err) = cli_env(&["pub", &with_userinfo], rows.as_bytes(), &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("HTTP 403"), "{err}");
+    // a bad URL with a password never shows it
+    let (code, _, err) = cli_env(
+        &["sub", &format!("ws://alice:hunter2@{addr}/a/b")],
+        b"",
+        &[],
+    );
+    assert_eq!(code, Some(2));
+    assert!(
+        !err.contains("hunter2") && err.contains("alice:***@"),
+        "{err}"
+    );
+    // ingest takes the same credentials
+    let file = w.setup.tmp.path().join("more.jsonl");
+    let more: String = (21..=30).map(|i| trade(i, "CLI") + "\n").collect();
+    std::fs::write(&file, more).unwrap();
+    let f = file.to_str().unwrap();
+    let (code, _, err) = cli_env(&["ingest", &url, "--file", f], b"", &[]);
+    assert_eq!(code, Some(1), "{err}");
+    let (code, out, err) = cli_env(
+        &["ingest", &url, "--file", f],
+        b"",
+        &[("CORECAST_TOKEN", BOB_TOKEN)],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
 }

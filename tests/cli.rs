@@ -73,7 +73,7 @@ fn usage_errors_exit_2_with_one_line() {
         "http://127.0.0.1:1/trades",
         "ws://127.0.0.1:1/",
         "ws://127.0.0.1/a?offset=1",
-        "wss://h:1/s",
+        "wss://h:1/s?offset=1",
     ] {
         for cmd in ["sub", "pub", "tail"] {
             let out = corecast_run(&[cmd, url], None, T);

@@ -86,6 +86,21 @@ pub struct Config {
     pub allowed_origins: crate::auth::origin::Origins,
     /// Open connections allowed per process (`max_connections`); past it, 429.
     pub max_connections: Option<u64>,
+    /// TLS (`[tls]`); `None`: plaintext only.
+    pub tls: Option<TlsConfig>,
+}
+
+/// `[tls]`: the certificate and key (PEM, read and checked when the server starts), and where
+/// TLS is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// The certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// The private key of the leaf.
+    pub key: PathBuf,
+    /// A second listener for TLS; `None`: the main `listen` address serves TLS instead of
+    /// plaintext.
+    pub listen: Option<SocketAddr>,
 }
 
 /// The limits of bulk ingest (`[ingest]`): together they bound its memory at about
@@ -311,6 +326,15 @@ struct RawConfig {
     auth: Option<crate::auth::config::RawAuth>,
     allowed_origins: Option<Vec<String>>,
     max_connections: Option<i64>,
+    tls: Option<RawTls>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: String,
+    key: String,
+    listen: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -370,6 +394,25 @@ struct RawStream {
 }
 
 /// Parses a `published` value (`key` names it in errors).
+/// A config line as an error may show it: the value of a key that holds a secret is replaced
+/// (a syntax error on such a line must not print the secret to the log).
+fn redact_secret(line: &str) -> String {
+    const SECRET_KEYS: [&str; 5] = [
+        "secret",
+        "password",
+        "secret_access_key",
+        "access_key_id",
+        "cursor_key",
+    ];
+    if let Some((key, _)) = line.split_once('=') {
+        let key = key.trim().trim_matches('"');
+        if SECRET_KEYS.contains(&key) {
+            return format!("{key} = <redacted>");
+        }
+    }
+    line.to_string()
+}
+
 fn parse_published(text: &str) -> Result<Published, String> {
     match text {
         "off" => Ok(Published::Off),
@@ -455,6 +498,7 @@ impl Config {
             auth: None,
             allowed_origins: crate::auth::origin::Origins::any(),
             max_connections: None,
+            tls: None,
         }
     }
 
@@ -477,7 +521,7 @@ impl Config {
                     let before = &text[..s.start.min(text.len())];
                     let line = before.matches('\n').count() + 1;
                     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-                    let shown = text.lines().nth(line - 1).unwrap_or("").trim();
+                    let shown = redact_secret(text.lines().nth(line - 1).unwrap_or("").trim());
                     format!("line {line}, column {column} (`{shown}`)")
                 })
                 .unwrap_or_else(|| "(document)".into());
@@ -771,6 +815,35 @@ impl Config {
                 ingest.max_concurrent = n as usize;
             }
         }
+        let tls = match raw.tls {
+            None => None,
+            Some(t) => {
+                // the files themselves are read (and checked) by `server::start` and at each
+                // SIGHUP, so that a bad new certificate never blocks reloading the rest
+                let cert = base.join(&t.cert);
+                let key = base.join(&t.key);
+                let tls_listen = match t.listen {
+                    None => None,
+                    Some(l) => {
+                        let a: SocketAddr = l.parse().map_err(|e| {
+                            err("tls.listen", format!("{l:?} is not an address: {e}"))
+                        })?;
+                        if a == listen {
+                            return Err(err(
+                                "tls.listen",
+                                format!("{a} is the main listen address; drop tls.listen to serve TLS there"),
+                            ));
+                        }
+                        Some(a)
+                    }
+                };
+                Some(TlsConfig {
+                    cert,
+                    key,
+                    listen: tls_listen,
+                })
+            }
+        };
         let auth = match raw.auth {
             None => None,
             Some(a) => Some(
@@ -789,6 +862,7 @@ impl Config {
         };
         Ok(Config {
             max_connections,
+            tls,
             listen,
             data_dir,
             streams,

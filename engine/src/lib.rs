@@ -13,9 +13,13 @@
 //! Bulk ingest (`POST /v1/streams/NAME/ingest`) has its own module, [`ingest`], and joins the
 //! same path at step 3.
 //!
+//! The Model Context Protocol endpoint (`POST /mcp`), whose tools read over the pull API's
+//! contract, is [`mcp`].
+//!
 //! [`shard`] runs the io_uring loops, [`server`] starts and stops everything, [`config`] reads the
 //! TOML file ([`config_reference`] prints every key with its default), [`registry`] holds the
-//! streams, [`filter`] evaluates `where=`, [`ui`] serves the live page (`GET /ui`).
+//! streams, [`filter`] evaluates `where=`, [`tls`] holds the certificate, [`reload`] what SIGHUP
+//! reloads, and [`ui`] serves the live page (`GET /ui`).
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -29,10 +33,13 @@ pub mod fanout;
 pub mod filter;
 pub mod ingest;
 pub mod limits;
+pub mod mcp;
 pub mod registry;
+pub mod reload;
 pub mod replay;
 pub mod server;
 pub mod session;
 pub mod shard;
 pub mod tier;
+pub mod tls;
 pub mod ui;

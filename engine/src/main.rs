@@ -161,15 +161,25 @@ fn serve(
         ),
     }
     tracing::info!(streams, "listening on {}", running.addr);
+    if let Some(tls) = running.tls_addr {
+        tracing::info!("tls listening on {tls}");
+    }
     println!(
-        "corecast listening on {} (driver {})",
+        "corecast listening on {} (driver {}{})",
         running.addr,
-        running.driver.name()
+        running.driver.name(),
+        if running.main_is_tls { ", tls" } else { "" }
     );
+    if let Some(tls) = running.tls_addr {
+        println!("corecast tls on {tls}");
+    }
     let mut signals = signals;
     for sig in signals.forever() {
         if sig == signal_hook::consts::SIGHUP {
-            // only what can change under a running broker: [auth] and allowed_origins
+            // the TLS certificate, from the files named at start (a bad pair keeps the old
+            // one); then what the config file may change under a running broker: [auth] and
+            // allowed_origins
+            running.reload.run();
             match &config {
                 None => tracing::info!("SIGHUP: no config file to reload (embedded default)"),
                 Some(p) => match Config::load(p) {

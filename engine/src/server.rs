@@ -75,6 +75,12 @@ pub struct ServeOptions {
 pub struct Running {
     /// The address every shard listens on.
     pub addr: SocketAddr,
+    /// Whether `addr` speaks TLS (`[tls]` without `listen`).
+    pub main_is_tls: bool,
+    /// The TLS listener's address (`[tls] listen`).
+    pub tls_addr: Option<SocketAddr>,
+    /// What SIGHUP reloads.
+    pub reload: crate::reload::Reload,
     /// Which driver the shards got.
     pub driver: Driver,
     shards: Vec<(flume::Sender<ShardMsg>, std::thread::JoinHandle<()>)>,
@@ -107,6 +113,29 @@ fn probe_port(listen: SocketAddr) -> std::io::Result<SocketAddr> {
             "the probe socket has no IP address",
         )
     })
+}
+
+/// [`probe_port`], retried for up to 2 s while the port is in use: a port whose previous owner
+/// just exited can stay busy for a moment while its last connections close.
+fn probe_with_retry(listen: SocketAddr) -> Result<SocketAddr, StartError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        match probe_port(listen) {
+            Ok(addr) => return Ok(addr),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => {
+                return Err(StartError::Listen {
+                    addr: listen,
+                    reason: e.to_string(),
+                })
+            }
+        }
+    }
 }
 
 /// The socket [`probe_port`] binds: `SO_REUSEADDR`, bound to `listen`, never listening.
@@ -174,26 +203,44 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
     // SO_REUSEPORT would let a second server share the port silently: probe without it first.
     // A port whose previous owner just exited can stay busy for a moment while its last
     // connections close: retry for up to 2 s before calling it in use.
-    let addr = {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        loop {
-            match probe_port(cfg.listen) {
-                Ok(addr) => break addr,
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::AddrInUse
-                        && std::time::Instant::now() < deadline =>
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(50));
-                }
-                Err(e) => {
-                    return Err(StartError::Listen {
-                        addr: cfg.listen,
-                        reason: e.to_string(),
-                    })
+    let addr = probe_with_retry(cfg.listen)?;
+    // TLS: the certificate (checked again: the config was read a moment ago, but files move),
+    // on the main address or on a listener of its own
+    let (main_tls, tls_listen, reload) = match &cfg.tls {
+        None => (None, None, crate::reload::Reload::default()),
+        Some(t) => {
+            let store = Arc::new(
+                crate::tls::CertStore::load(&t.cert, &t.key)
+                    .map_err(|e| StartError::Other(format!("tls: {e}")))?,
+            );
+            let server_cfg = store.server_config();
+            let reload = crate::reload::Reload { tls: Some(store) };
+            match t.listen {
+                None => (Some(server_cfg), None, reload),
+                Some(l) => {
+                    let tls_addr = probe_with_retry(l)?;
+                    if tls_addr == addr {
+                        return Err(StartError::Listen {
+                            addr: l,
+                            reason: "tls.listen is the main listen address".into(),
+                        });
+                    }
+                    (None, Some((tls_addr, server_cfg)), reload)
                 }
             }
         }
     };
+    let main_is_tls = main_tls.is_some();
+    let mut listen = vec![shard::ListenOn {
+        addr,
+        tls: main_tls,
+    }];
+    if let Some((a, c)) = &tls_listen {
+        listen.push(shard::ListenOn {
+            addr: *a,
+            tls: Some(c.clone()),
+        });
+    }
 
     // open the streams
     let writers_n = cores;
@@ -403,6 +450,7 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
             "authentication on"
         ),
     }
+    crate::auth::warn_about(&cfg);
     shared.auth = crate::auth::Auth::new(cfg.auth.clone(), cfg.allowed_origins.clone());
     shared.max_connections = cfg.max_connections;
     shared.shard_inboxes = shard_senders.clone();
@@ -413,7 +461,7 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
     for (i, (tx, rx)) in shard_chans.into_iter().enumerate() {
         let setup = ShardSetup {
             index: i,
-            listen: addr,
+            listen: listen.clone(),
             core: core_ids.get(i % core_ids.len().max(1)).copied(),
             shared: shared.clone(),
             inbox: rx,
@@ -434,12 +482,15 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
                     driver = d;
                 }
             }
-            Ok(Err(reason)) => return Err(StartError::Listen { addr, reason }),
+            Ok(Err(reason)) => return Err(StartError::Other(reason)),
             Err(_) => return Err(StartError::Other("a shard thread died at start".into())),
         }
     }
     Ok(Running {
         addr,
+        main_is_tls,
+        tls_addr: tls_listen.map(|(a, _)| a),
+        reload,
         driver,
         shards,
         writers,
@@ -455,6 +506,12 @@ impl Running {
     /// credentials and grants, and the allowed origins. New requests are decided by it;
     /// connections already admitted keep running.
     pub fn reload_auth(&self, cfg: &Config) {
+        if cfg.auth.is_none() && self.shared.auth.policy().is_some() {
+            tracing::warn!(
+                "SIGHUP: the new config has no [auth] section: the broker is now OPEN — any client that reaches the port reads and publishes every stream"
+            );
+        }
+        crate::auth::warn_about(cfg);
         self.shared
             .auth
             .reload(cfg.auth.clone(), cfg.allowed_origins.clone());

@@ -6,6 +6,7 @@
 //! has its greeting, so each live subscriber must receive every acknowledged offset exactly once
 //! and in order.
 
+mod nats;
 mod notify;
 mod procstat;
 mod publisher;
@@ -39,7 +40,7 @@ use crate::wsclient::{close_frame, Keys};
     after_help = "Examples:\n  loadgen --url ws://127.0.0.1:8765/trades --publishers 1 --window 64 --batch 100 --duration 5 --json\n  loadgen --url ws://127.0.0.1:8765/trades --subscribers 1000 --rate 10000 --duration 5 --server-pid PID\n  loadgen --url ws://127.0.0.1:8765/trades --publishers 0 --subscribers 1 --offset earliest --json"
 )]
 pub struct Args {
-    /// ws://127.0.0.1:PORT/STREAM (loopback only).
+    /// ws://127.0.0.1:PORT/STREAM or wss://localhost:PORT/STREAM (loopback only).
     #[arg(long)]
     pub url: String,
     /// Publisher connections.
@@ -90,6 +91,9 @@ pub struct Args {
     /// Seconds allowed, after publishing stops, for acks and deliveries to arrive.
     #[arg(long, default_value_t = 10.0)]
     pub drain: f64,
+    /// For a wss:// URL: trust the CA certificates in this PEM file instead of the system roots.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<std::path::PathBuf>,
     /// Upper bound on the whole run in seconds (connects, publishing, drain).
     #[arg(long, default_value_t = 600.0)]
     pub max_seconds: f64,
@@ -97,19 +101,43 @@ pub struct Args {
     /// `LOADGEN_AUTHORIZATION`, which keeps it out of `ps`.
     #[arg(long, env = "LOADGEN_AUTHORIZATION", hide_env_values = true)]
     pub authorization: Option<String>,
+    /// The broker's protocol: `corecast` (streamcast protocol 4) or `nats` (a NATS server's
+    /// WebSocket listener; the URL's path is the subject; at most one publisher).
+    #[arg(long, value_enum, default_value_t = Protocol::Corecast)]
+    pub protocol: Protocol,
+    /// With `--protocol nats`: publish to JetStream (creates the stream, file storage, when
+    /// missing) and count a row acknowledged when its JetStream PubAck arrives; subscribers
+    /// each read through their own push consumer (delivery after the row is stored).
+    #[arg(long)]
+    pub nats_jetstream: bool,
+}
+
+/// What `--protocol` selects.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Corecast,
+    Nats,
 }
 
 struct Target {
     addr: SocketAddr,
     host: String,
     path: String,
+    /// wss://: the TLS dialer.
+    tls: Option<corecast_net::client::tls::TlsDial>,
     authorization: Option<String>,
 }
 
 fn parse_url(url: &str) -> Result<Target, String> {
-    let rest = url
-        .strip_prefix("ws://")
-        .ok_or_else(|| format!("{url:?}: only ws:// URLs (loopback) are supported"))?;
+    let (rest, tls) = match (url.strip_prefix("ws://"), url.strip_prefix("wss://")) {
+        (Some(r), _) => (r, false),
+        (None, Some(r)) => (r, true),
+        _ => {
+            return Err(format!(
+                "{url:?}: only ws:// and wss:// URLs (loopback) are supported"
+            ))
+        }
+    };
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -138,10 +166,16 @@ fn parse_url(url: &str) -> Result<Target, String> {
             "{ip} is not a loopback address: loadgen refuses to load other hosts"
         ));
     }
+    let tls = if tls {
+        Some(corecast_net::client::tls::TlsDial::new(host).map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
     Ok(Target {
         addr: SocketAddr::new(ip, port),
         host: authority.to_string(),
         path: path.to_string(),
+        tls,
         authorization: None,
     })
 }
@@ -238,11 +272,50 @@ async fn thread_body(
     for (i, pp) in plan.pubs.into_iter().enumerate() {
         let (shared, target, out, done) =
             (shared.clone(), target.clone(), out.clone(), done.clone());
+        if args.protocol == Protocol::Nats {
+            let jetstream = args.nats_jetstream;
+            rt::spawn(async move {
+                let mut keys = Keys::new(seed.wrapping_add(1000 + i as u64));
+                let subject = nats::subject_of(&target.path).expect("checked in run");
+                let setup = nats::pub_setup(&subject, pp.id, jetstream);
+                let opened = nats::open(&target, &mut keys, connect_limit, &setup, jetstream)
+                    .await
+                    .and_then(|(o, reply)| match reply {
+                        Some(r) => nats::check_stream_reply(&r).map(|()| o),
+                        None => Ok(o),
+                    });
+                match opened {
+                    Ok(o) => {
+                        shared.opened.fetch_add(1, AcqRel);
+                        if shared::wait_until(&shared, Duration::from_millis(1), || {
+                            shared.go.get().is_some()
+                        })
+                        .await
+                        {
+                            let r = nats::run_pub(pp, shared.clone(), o, keys, subject, jetstream)
+                                .await;
+                            out.borrow_mut().pubs.push(r);
+                        } else {
+                            shared.pubs_active.fetch_sub(1, AcqRel);
+                        }
+                    }
+                    Err(e) => {
+                        shared.open_failed.fetch_add(1, AcqRel);
+                        shared.pubs_active.fetch_sub(1, AcqRel);
+                        shared.abort.store(true, Relaxed);
+                        out.borrow_mut().open_errors.push(format!("publisher: {e}"));
+                    }
+                }
+                done.set(done.get() + 1);
+            });
+            continue;
+        }
         rt::spawn(async move {
             let mut keys = Keys::new(seed.wrapping_add(1000 + i as u64));
             let path = format!("{}?publish", target.path);
             match wsclient::open(
                 target.addr,
+                target.tls.as_ref(),
                 &target.host,
                 &path,
                 target.authorization.as_deref(),
@@ -286,11 +359,119 @@ async fn thread_body(
         let path = plan.sub_path.clone();
         let filtered = args.where_.is_some();
         let sample = args.sample;
+        if args.protocol == Protocol::Nats {
+            let jetstream = args.nats_jetstream;
+            let sub_id = 1_000_000 + plan.tid * 100_000 + i;
+            rt::spawn(async move {
+                let mut keys = Keys::new(seed.wrapping_add(i as u64));
+                let connect_at = Instant::now();
+                let subject = nats::subject_of(&target.path).expect("checked in run");
+                let opened = if jetstream {
+                    // the stream (created here too: subscribers may connect before the
+                    // publisher), then a push consumer delivering to this connection's inbox
+                    let ib = nats::inbox(sub_id);
+                    let setup = nats::js_sub_setup(&subject, sub_id);
+                    match nats::open(&target, &mut keys, connect_limit, &setup, true).await {
+                        Ok((mut o, reply)) => {
+                            match nats::check_stream_reply(&reply.unwrap_or_default()) {
+                                Ok(()) => {
+                                    let (subj, body) = nats::consumer_request(&subject, &ib);
+                                    let reply = format!("{ib}.consumer");
+                                    nats::request(
+                                        &mut o,
+                                        &mut keys,
+                                        &subj,
+                                        &reply,
+                                        &body,
+                                        connect_limit,
+                                    )
+                                    .await
+                                    .and_then(|r| nats::check_consumer_reply(&r))
+                                    .map(|()| (o, None))
+                                }
+                                Err(e) => Err(e),
+                            }
+                        }
+                        Err(e) => Err(e),
+                    }
+                } else {
+                    nats::open(
+                        &target,
+                        &mut keys,
+                        connect_limit,
+                        &nats::sub_setup(&subject),
+                        false,
+                    )
+                    .await
+                };
+                match opened {
+                    Ok((o, _)) => {
+                        // the subscription is registered (its PONG came back): it must see
+                        // every row from seq 1 on
+                        let greeting_us = connect_at.elapsed().as_micros() as u64;
+                        let st = Rc::new(SubState {
+                            next: 1.into(),
+                            replay_end: 1.into(),
+                            replay_done_at: None.into(),
+                            finished: false.into(),
+                            pong: RefCell::new(Vec::new()),
+                        });
+                        slots.borrow_mut().push(SubSlot {
+                            st: st.clone(),
+                            wr: Some(o.wr),
+                            closed: false,
+                        });
+                        out.borrow_mut()
+                            .greeting
+                            .as_mut()
+                            .unwrap()
+                            .saturating_record(greeting_us);
+                        shared.opened.fetch_add(1, AcqRel);
+                        let slot = shared.take_sub_slot(1);
+                        let cfg = SubConfig {
+                            filtered,
+                            sample,
+                            slot,
+                        };
+                        let r = nats::run_sub(
+                            cfg,
+                            shared.clone(),
+                            st.clone(),
+                            o.rd,
+                            o.buf,
+                            o.proto,
+                            lat,
+                        )
+                        .await;
+                        shared.subs_done.fetch_add(1, AcqRel);
+                        out.borrow_mut().subs.push(SubOutcome {
+                            result: r,
+                            start: 1,
+                            next: st.next.get(),
+                            replay_end: 1,
+                            connect_at,
+                            greeting_us,
+                            replay_done_at: None,
+                        });
+                    }
+                    Err(e) => {
+                        shared.open_failed.fetch_add(1, AcqRel);
+                        shared.abort.store(true, Relaxed);
+                        out.borrow_mut()
+                            .open_errors
+                            .push(format!("subscriber: {e}"));
+                    }
+                }
+                done.set(done.get() + 1);
+            });
+            continue;
+        }
         rt::spawn(async move {
             let mut keys = Keys::new(seed.wrapping_add(i as u64));
             let connect_at = Instant::now();
             match wsclient::open(
                 target.addr,
+                target.tls.as_ref(),
                 &target.host,
                 &path,
                 target.authorization.as_deref(),
@@ -364,6 +545,10 @@ async fn thread_body(
     let has_pubs = args.publishers > 0;
     let mut pubs_done_at: Option<Instant> = None;
     let mut hit_deadline = false;
+    let pong_op = match args.protocol {
+        Protocol::Corecast => corecast_net::ws::frame::OpCode::Pong,
+        Protocol::Nats => corecast_net::ws::frame::OpCode::Binary,
+    };
     loop {
         if done.get() >= tasks {
             break;
@@ -413,12 +598,9 @@ async fn thread_body(
             let Some(mut wr) = wr else { continue };
             let mut bytes = Vec::new();
             for p in pongs {
-                wsclient::client_frame(
-                    corecast_net::ws::frame::OpCode::Pong,
-                    &p,
-                    &mut keys,
-                    &mut bytes,
-                );
+                // NATS: the subscriber queued `PONG` answers to the server's `PING`s (data);
+                // a WebSocket ping's payload otherwise
+                wsclient::client_frame(pong_op, &p, &mut keys, &mut bytes);
             }
             if should_close {
                 bytes.extend_from_slice(&close_frame(1000, &mut keys));
@@ -453,6 +635,9 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<ExitCode, String> {
+    if let Some(ca) = &args.ca {
+        corecast_net::client::tls::use_ca_file(ca)?;
+    }
     let mut target = parse_url(&args.url)?;
     target.authorization = args.authorization.clone();
     if args.threads == 0 || args.window == 0 || args.batch == 0 {
@@ -479,6 +664,19 @@ fn run(args: Args) -> Result<ExitCode, String> {
         if r.is_nan() || r <= 0.0 {
             return Err("--rate must be positive".into());
         }
+    }
+    if args.protocol == Protocol::Nats {
+        nats::subject_of(&target.path)?;
+        if args.publishers > 1 {
+            return Err("--protocol nats: at most one publisher (it numbers the rows)".into());
+        }
+        if replay_offset.is_some() || args.where_.is_some() {
+            return Err(
+                "--protocol nats: core NATS has no replay or filters (--offset, --where)".into(),
+            );
+        }
+    } else if args.nats_jetstream {
+        return Err("--nats-jetstream needs --protocol nats".into());
     }
     let mut query = Vec::new();
     if let Some(o) = replay_offset {

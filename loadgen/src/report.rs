@@ -276,7 +276,7 @@ impl Report {
         );
         let _ = write!(
             d,
-            ",\"config\":{{\"url\":{},\"publishers\":{},\"window\":{},\"batch\":{},\"rate\":{},\"subscribers\":{},\"threads\":{},\"duration\":{},\"rows\":{},\"offset\":{},\"where\":{},\"sample\":{}}}",
+            ",\"config\":{{\"url\":{},\"publishers\":{},\"window\":{},\"batch\":{},\"rate\":{},\"subscribers\":{},\"threads\":{},\"duration\":{},\"rows\":{},\"offset\":{},\"where\":{},\"sample\":{},\"protocol\":{}}}",
             jstr(&args.url),
             args.publishers,
             args.window,
@@ -288,7 +288,12 @@ impl Report {
             args.rows.map_or("null".into(), |r| r.to_string()),
             replay_offset.map_or("null".into(), |r| r.to_string()),
             args.where_.as_deref().map_or("null".into(), jstr),
-            args.sample
+            args.sample,
+            jstr(match (args.protocol, args.nats_jetstream) {
+                (crate::Protocol::Corecast, _) => "corecast",
+                (crate::Protocol::Nats, false) => "nats",
+                (crate::Protocol::Nats, true) => "nats-jetstream",
+            })
         );
         let _ = write!(d, ",\"elapsed_s\":{}", num(Some(elapsed)));
         let _ = write!(

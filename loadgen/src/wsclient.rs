@@ -135,6 +135,7 @@ pub fn close_frame(code: u16, keys: &mut Keys) -> Vec<u8> {
 /// come back as an error naming them. Bounded by `limit`.
 pub async fn open(
     addr: SocketAddr,
+    tls: Option<&corecast_net::client::tls::TlsDial>,
     host: &str,
     path: &str,
     authorization: Option<&str>,
@@ -146,9 +147,11 @@ pub async fn open(
     nonce[8..].copy_from_slice(&keys.next().to_ne_bytes());
     let key = client_key(nonce);
     let fut = async move {
-        let conn = Conn::connect(addr)
-            .await
-            .map_err(|e| format!("connect {addr}: {e}"))?;
+        let conn = match tls {
+            None => Conn::connect(addr).await,
+            Some(dial) => dial.connect(addr).await,
+        }
+        .map_err(|e| format!("connect {addr}: {e}"))?;
         let (mut rd, mut wr) = conn.split();
         let extra: Vec<(&str, &str)> = authorization
             .map(|a| ("Authorization", a))

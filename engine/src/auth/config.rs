@@ -22,6 +22,7 @@
 //! max_connections = 100              # caps, all shards together (429 before the upgrade)
 //! max_subscriptions = 50
 //! max_publishers = 4
+//! max_subscription_age_s = 86400     # a session is closed (1008 expired) after this long
 //!
 //! [auth.principals.anonymous]        # requests without credentials, when declared
 //! grants = { "data.read" = ["public"] }
@@ -79,6 +80,7 @@ struct RawPrincipal {
     max_connections: Option<i64>,
     max_subscriptions: Option<i64>,
     max_publishers: Option<i64>,
+    max_subscription_age_s: Option<i64>,
 }
 
 /// The resolved `[auth]` section.
@@ -126,6 +128,10 @@ pub struct PrincipalConfig {
     /// Its caps: connections, subscriptions, publishers open at once (`None`: no cap), in
     /// [`super::live::Kind`] order.
     pub caps: [Option<u32>; 3],
+    /// How long one of its sessions (WebSocket, SSE) may last before it is closed
+    /// (1008 `{"error":"expired"}`, SSE `end` `expired`); the client reconnects and is checked
+    /// again.
+    pub max_age: Option<Duration>,
 }
 
 /// How JWTs are checked.
@@ -264,12 +270,23 @@ impl AuthConfig {
                     Some(n) => return Err(e(&k(key), format!("{n} is outside 0..=10000000"))),
                 };
             }
+            let max_age = match p.max_subscription_age_s {
+                None => None,
+                Some(n) if (1..=31_536_000).contains(&n) => Some(Duration::from_secs(n as u64)),
+                Some(n) => {
+                    return Err(e(
+                        &k("max_subscription_age_s"),
+                        format!("{n} is outside 1..=31536000"),
+                    ))
+                }
+            };
             principals.push(PrincipalConfig {
                 name,
                 password,
                 tokens,
                 grants,
                 caps,
+                max_age,
             });
         }
         Ok(AuthConfig {

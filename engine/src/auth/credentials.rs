@@ -95,22 +95,25 @@ pub async fn authenticate(
         };
     }
     let now = Instant::now();
-    if let Err(secs) = limiter.check(peer, now) {
+    if let Err(secs) = limiter.take(peer, now) {
         counters::fail("rate_limited");
         return Err(Failure::RateLimited(secs));
     }
     let result = match (header, jwt_cookie) {
         (Some(h), _) => {
-            let (scheme, rest) = h.split_once(' ').unwrap_or((h, ""));
+            let (scheme, rest) = h
+                .split_once(|c: char| c.is_ascii_whitespace())
+                .unwrap_or((h, ""));
             let rest = rest.trim();
             if scheme.eq_ignore_ascii_case("basic") {
                 basic(policy, verifier, rest).await
             } else if scheme.eq_ignore_ascii_case("bearer") {
                 bearer(policy, rest)
             } else {
+                // never echoed: a client that forgot the scheme sent its secret as one
                 Err(unauthenticated(
                     "malformed",
-                    format!("the Authorization scheme {scheme:?} is not Basic or Bearer"),
+                    "the Authorization header is not `Basic …` or `Bearer …`",
                     false,
                 ))
             }
@@ -121,9 +124,11 @@ pub async fn authenticate(
     match &result {
         Ok(_) => {
             counters::SUCCEEDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            limiter.release(peer);
         }
-        Err(Failure::Unauthenticated { .. }) => limiter.fail(peer, now),
-        Err(_) => {}
+        // the attempt taken above stays counted as a failure
+        Err(Failure::Unauthenticated { .. }) => {}
+        Err(_) => limiter.release(peer),
     }
     result
 }
@@ -206,6 +211,7 @@ fn bearer(policy: &Policy, token: &str) -> Result<Identity, Failure> {
 #[derive(serde::Deserialize)]
 struct Claims {
     sub: String,
+    exp: u64,
     #[serde(flatten)]
     rest: BTreeMap<String, serde_json::Value>,
 }
@@ -244,6 +250,23 @@ fn jwt(policy: &Policy, token: &str) -> Result<Identity, Failure> {
                 K::InvalidIssuer => ("bad_jwt", "the JWT's iss is not the expected one".into()),
                 K::InvalidAudience => ("bad_jwt", "the JWT's aud does not name this broker".into()),
                 K::MissingRequiredClaim(c) => ("bad_jwt", format!("the JWT has no {c} claim")),
+                K::Json(j) => {
+                    let text = j.to_string();
+                    let why = if let Some(field) = text
+                        .strip_prefix("missing field `")
+                        .and_then(|r| r.split('`').next())
+                    {
+                        format!("the JWT has no {field} claim")
+                    } else if text.contains("unknown variant") {
+                        format!(
+                            "the JWT's header names an algorithm this broker does not take (it takes {:?} only)",
+                            cfg.algorithm
+                        )
+                    } else {
+                        "the JWT's header or claims are not the JSON a JWT holds (exp and nbf are integers, sub a string)".into()
+                    };
+                    ("bad_jwt", why)
+                }
                 _ => ("bad_jwt", format!("not a valid JWT: {e}")),
             };
             return Err(unauthenticated(reason, why, true));
@@ -259,6 +282,8 @@ fn jwt(policy: &Policy, token: &str) -> Result<Identity, Failure> {
     }
     let declared = policy.principals.iter().find(|p| p.name == name);
     let caps = declared.map_or([None; 3], |p| p.caps);
+    let max_age = declared.and_then(|p| p.max_age);
+    let expires_at = Some(data.claims.exp);
     let grants = match data.claims.rest.get(&cfg.grants_claim) {
         Some(value) => {
             let map: BTreeMap<String, Vec<String>> = serde_json::from_value(value.clone())
@@ -288,6 +313,8 @@ fn jwt(policy: &Policy, token: &str) -> Result<Identity, Failure> {
         grants,
         method: Method::Jwt,
         caps,
+        max_age,
+        expires_at,
     })))
 }
 

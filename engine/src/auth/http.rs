@@ -15,10 +15,8 @@ use corecast_net::http::request::Request;
 use corecast_net::http::response::{json_error_body, ResponseHead};
 use corecast_net::ws::handshake::is_upgrade_request;
 
-use std::sync::Arc;
-
 use super::credentials::Failure;
-use super::live::{Kind, Live, Ticket};
+use super::live::{Guard, Kind, Ticket};
 use super::{counters, Action, Auth, Identity, Method};
 
 /// What a request needs to be let through.
@@ -65,11 +63,13 @@ pub fn need(req: &Request) -> Need<'_> {
         }
         return Need::Authenticated;
     }
-    match name {
-        "stats" | "metrics" => return Need::Any(Action::StatsRead),
-        "" | "v1/streams" => return Need::Authenticated,
-        _ => {}
+    // MCP: each tool checks data.read on its stream itself (mcp/tools.rs); the router tries
+    // /mcp before SSE, so a stream named `mcp` is read over SSE at /mcp/events only
+    if path == crate::mcp::PATH {
+        return Need::Authenticated;
     }
+    // in the router's order (session/conn.rs): SSE is tried before /stats and /metrics, so a
+    // stream named `stats` asked for with `Accept: text/event-stream` is that stream
     if req.method == "GET" {
         if let Some(stream) = name.strip_suffix("/events") {
             if !stream.is_empty() && !stream.contains('/') {
@@ -79,11 +79,14 @@ pub fn need(req: &Request) -> Need<'_> {
         let sse = req
             .headers_all("accept")
             .any(|v| v.to_ascii_lowercase().contains("text/event-stream"));
-        if sse && !name.contains('/') {
+        if sse && !name.is_empty() && !name.contains('/') {
             return Need::On(Action::DataRead, name);
         }
     }
-    Need::Authenticated
+    match name {
+        "stats" | "metrics" => Need::Any(Action::StatsRead),
+        _ => Need::Authenticated,
+    }
 }
 
 /// Whether `who` meets `need`.
@@ -158,6 +161,7 @@ pub async fn gate(auth: &Auth, req: &Request, peer: Option<IpAddr>) -> Result<Id
     };
     let message = format!("{} needs {}", principal_label(&p.name), describe(need));
     if p.method == Method::Anonymous {
+        counters::fail("no_credentials");
         // credentials could change the answer: say how to give them
         drop(policy);
         return Err(unauthorized(
@@ -175,8 +179,8 @@ pub async fn gate(auth: &Auth, req: &Request, peer: Option<IpAddr>) -> Result<Id
 #[derive(Debug, Default)]
 pub struct Admission {
     _tickets: Vec<Ticket>,
-    /// `None` on an open broker.
-    pub live: Option<Arc<Live>>,
+    /// What the sessions watch (revocation, deadline); `None` on an open broker.
+    pub guard: Option<Guard>,
 }
 
 /// Whether `req` opens a subscription (a WebSocket reader or an SSE stream).
@@ -230,9 +234,28 @@ pub fn admit(auth: &Auth, who: &Identity, req: &Request) -> Result<Admission, Ve
             }
         }
     }
+    // the session's deadline: its age limit, and its JWT's expiry
+    let now = std::time::Instant::now();
+    let by_age = p.max_age.map(|a| now + a);
+    // the same leeway as at sign-in: a token admitted within it is not closed at once
+    let leeway = auth
+        .policy()
+        .and_then(|pol| pol.cfg.jwt.as_ref().map(|j| j.leeway.as_secs()))
+        .unwrap_or(0);
+    let by_exp = p.expires_at.map(|exp| {
+        let exp = exp.saturating_add(leeway);
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        now + std::time::Duration::from_secs(exp.saturating_sub(unix))
+    });
+    let deadline = match (by_age, by_exp) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     Ok(Admission {
         _tickets: tickets,
-        live: Some(live),
+        guard: Some(Guard { live, deadline }),
     })
 }
 
@@ -252,13 +275,40 @@ pub fn revoke(auth: &Auth, req: &Request, wake: impl FnOnce()) -> Option<Vec<u8>
             &[("allow", "POST")],
         ));
     }
-    if name.is_empty() || name.contains('/') {
+    if name.is_empty() {
         return Some(refusal(
             400,
             "bad_request",
             "no principal name in the path",
             &[],
         ));
+    }
+    // not from a cross-site form (CSRF): forms cannot send JSON, and a browser page must be on
+    // the allowed-origins list — an explicit one
+    let json = req.header("content-type").is_some_and(|c| {
+        c.trim()
+            .to_ascii_lowercase()
+            .starts_with("application/json")
+    });
+    if !json {
+        return Some(refusal(
+            415,
+            "unsupported_media_type",
+            "a revocation is sent with Content-Type: application/json",
+            &[],
+        ));
+    }
+    if let Some(origin) = req.header("origin") {
+        let origins = auth.origins();
+        if !origins.restricted() || !origins.allows(origin) {
+            counters::ORIGIN_REFUSED.fetch_add(1, Ordering::Relaxed);
+            return Some(refusal(
+                403,
+                "forbidden_origin",
+                "a revocation from a browser page needs its origin in allowed_origins",
+                &[],
+            ));
+        }
     }
     if auth.policy().is_none() {
         return Some(refusal(
@@ -268,6 +318,9 @@ pub fn revoke(auth: &Auth, req: &Request, wake: impl FnOnce()) -> Option<Vec<u8>
             &[],
         ));
     }
+    let declared = auth
+        .policy()
+        .is_some_and(|p| p.cfg.principals.iter().any(|x| x.name == name));
     let open = auth.board.revoke(name);
     wake();
     tracing::warn!(principal = %short(name), connections = open, "principal revoked");
@@ -278,7 +331,9 @@ pub fn revoke(auth: &Auth, req: &Request, wake: impl FnOnce()) -> Option<Vec<u8>
             .unwrap_or_else(|_| "\"\"".into())
             .as_bytes(),
     );
-    body.extend_from_slice(format!(",\"revoked\":true,\"connections\":{open}}}").as_bytes());
+    body.extend_from_slice(
+        format!(",\"revoked\":true,\"declared\":{declared},\"connections\":{open}}}").as_bytes(),
+    );
     Some(
         ResponseHead::new(200)
             .header("content-type", "application/json")
@@ -402,5 +457,11 @@ mod tests {
             Need::Every(ControlMutate)
         );
         assert_eq!(need(&req("GET", "/nothing/here", &[])), Need::Authenticated);
+        assert_eq!(need(&req("POST", "/mcp", &[])), Need::Authenticated);
+        assert_eq!(
+            need(&req("GET", "/mcp", &[("accept", "text/event-stream")])),
+            Need::Authenticated
+        );
+        assert_eq!(need(&req("GET", "/mcp", &WS)), Need::On(DataRead, "mcp"));
     }
 }

@@ -30,30 +30,34 @@ impl FailureLimiter {
         }
     }
 
-    /// `Err(seconds)` while `ip` is over its limit: how long until it may try again.
-    pub fn check(&self, ip: Option<IpAddr>, now: Instant) -> Result<(), u64> {
+    /// Takes one attempt of `ip` before its credentials are checked: `Err(seconds)` while it is
+    /// over its limit (nothing is checked then). The attempt counts as a failure unless
+    /// [`FailureLimiter::release`] gives it back — so attempts checked concurrently count
+    /// before their answers come, and a burst cannot run more checks than the limit.
+    pub fn take(&self, ip: Option<IpAddr>, now: Instant) -> Result<(), u64> {
         let Some(ip) = ip else { return Ok(()) };
-        let t = self.table.lock().expect("auth limiter");
-        match t.get(&ip) {
-            Some(&(start, n)) if n >= self.max && now.duration_since(start) < WINDOW => {
-                let left = WINDOW - now.duration_since(start);
-                Err(left.as_secs().max(1))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Counts one failure of `ip`.
-    pub fn fail(&self, ip: Option<IpAddr>, now: Instant) {
-        let Some(ip) = ip else { return };
         let mut t = self.table.lock().expect("auth limiter");
+        if let Some(&(start, n)) = t.get(&ip) {
+            let age = now.duration_since(start);
+            if n >= self.max && age < WINDOW {
+                return Err((WINDOW - age).as_secs().max(1));
+            }
+        }
         if t.len() >= MAX_ADDRESSES && !t.contains_key(&ip) {
+            // room: windows that are over, then the addresses furthest from their limit; an
+            // address at its limit is never dropped while its window lasts (dropping the oldest
+            // would let a flood of new addresses lift every lockout)
             t.retain(|_, (start, _)| now.duration_since(*start) < WINDOW);
             if t.len() >= MAX_ADDRESSES {
-                let mut starts: Vec<Instant> = t.values().map(|v| v.0).collect();
-                starts.sort();
-                let cut = starts[starts.len() / 2];
-                t.retain(|_, (start, _)| *start > cut);
+                let max = self.max;
+                let mut counts: Vec<u32> = t.values().map(|v| v.1).filter(|&n| n < max).collect();
+                counts.sort_unstable();
+                if let Some(&cut) = counts.get(counts.len() / 2) {
+                    t.retain(|_, (_, n)| *n >= max || *n > cut);
+                }
+            }
+            if t.len() >= MAX_ADDRESSES {
+                return Ok(()); // every tracked address is locked out: this one goes untracked
             }
         }
         let e = t.entry(ip).or_insert((now, 0));
@@ -61,6 +65,17 @@ impl FailureLimiter {
             *e = (now, 0);
         }
         e.1 = e.1.saturating_add(1);
+        Ok(())
+    }
+
+    /// Gives back an attempt [`FailureLimiter::take`] counted: it succeeded, or could not be
+    /// checked (busy) — neither is the client's failure.
+    pub fn release(&self, ip: Option<IpAddr>) {
+        let Some(ip) = ip else { return };
+        let mut t = self.table.lock().expect("auth limiter");
+        if let Some(e) = t.get_mut(&ip) {
+            e.1 = e.1.saturating_sub(1);
+        }
     }
 }
 
@@ -74,16 +89,31 @@ mod tests {
         let ip: Option<IpAddr> = Some("10.0.0.1".parse().unwrap());
         let other: Option<IpAddr> = Some("10.0.0.2".parse().unwrap());
         let t0 = Instant::now();
+        // a success gives its attempt back
+        assert_eq!(l.take(ip, t0), Ok(()));
+        l.release(ip);
+        // three attempts in flight at once use the whole limit: a fourth is refused unchecked
         for _ in 0..3 {
-            assert_eq!(l.check(ip, t0), Ok(()));
-            l.fail(ip, t0);
+            assert_eq!(l.take(ip, t0), Ok(()));
         }
-        let e = l.check(ip, t0 + Duration::from_secs(10)).unwrap_err();
-        assert_eq!(e, 50);
-        assert_eq!(l.check(other, t0), Ok(()), "per address");
-        assert_eq!(l.check(ip, t0 + WINDOW), Ok(()));
-        l.fail(ip, t0 + WINDOW);
-        assert_eq!(l.check(ip, t0 + WINDOW), Ok(()), "a new window");
-        assert_eq!(l.check(None, t0), Ok(()));
+        assert_eq!(l.take(ip, t0 + Duration::from_secs(10)), Err(50));
+        assert_eq!(l.take(other, t0), Ok(()), "per address");
+        assert_eq!(l.take(ip, t0 + WINDOW), Ok(()), "a new window");
+        assert_eq!(l.take(None, t0), Ok(()));
+    }
+
+    #[test]
+    fn a_flood_of_new_addresses_does_not_lift_a_lockout() {
+        let l = FailureLimiter::new(2);
+        let locked: Option<IpAddr> = Some("10.9.9.9".parse().unwrap());
+        let t0 = Instant::now();
+        l.take(locked, t0).unwrap();
+        l.take(locked, t0).unwrap();
+        for i in 0..(MAX_ADDRESSES as u32 + 10) {
+            let ip = IpAddr::V4(std::net::Ipv4Addr::from(0x0b00_0000 + i));
+            let _ = l.take(Some(ip), t0);
+        }
+        assert!(l.take(locked, t0).is_err(), "still locked out");
+        assert!(l.table.lock().unwrap().len() <= MAX_ADDRESSES);
     }
 }

@@ -15,6 +15,59 @@ use std::sync::{Arc, Mutex};
 /// The close reason (WebSocket 1008) of a revoked principal's sessions.
 pub const REVOKED_REASON: &str = r#"{"error":"revoked"}"#;
 
+/// The close reason (WebSocket 1008) of a session past its principal's
+/// `max_subscription_age_s` or its JWT's `exp`.
+pub const EXPIRED_REASON: &str = r#"{"error":"expired"}"#;
+
+/// Why an admitted session must end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Its principal was revoked.
+    Revoked,
+    /// It outlived its principal's `max_subscription_age_s`, or its JWT expired.
+    Expired,
+}
+
+impl Ending {
+    /// The WebSocket close: 1008 with a JSON reason.
+    pub fn close(self) -> (u16, &'static str) {
+        match self {
+            Ending::Revoked => (1008, REVOKED_REASON),
+            Ending::Expired => (1008, EXPIRED_REASON),
+        }
+    }
+
+    /// The SSE `event: end` reason.
+    pub fn sse_reason(self) -> &'static str {
+        match self {
+            Ending::Revoked => "revoked",
+            Ending::Expired => "expired",
+        }
+    }
+}
+
+/// What a long-lived session of a principal watches: its revocation and its deadline.
+#[derive(Debug, Clone)]
+pub struct Guard {
+    /// The principal's live state.
+    pub live: Arc<Live>,
+    /// When the session must end (`max_subscription_age_s`, a JWT's `exp`), if ever.
+    pub deadline: Option<std::time::Instant>,
+}
+
+impl Guard {
+    /// Why the session must end now, if it must.
+    pub fn ending(&self) -> Option<Ending> {
+        if self.live.revoked() {
+            return Some(Ending::Revoked);
+        }
+        match self.deadline {
+            Some(d) if std::time::Instant::now() >= d => Some(Ending::Expired),
+            _ => None,
+        }
+    }
+}
+
 /// One principal's open connections, subscriptions and publishers, and whether it is revoked.
 #[derive(Debug, Default)]
 pub struct Live {

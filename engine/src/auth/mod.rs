@@ -61,6 +61,10 @@ pub struct Principal {
     pub method: Method,
     /// Its caps ([`config::PrincipalConfig::caps`]).
     pub caps: [Option<u32>; 3],
+    /// How long one of its sessions may last (`max_subscription_age_s`).
+    pub max_age: Option<std::time::Duration>,
+    /// When its credentials expire (a JWT's `exp`, Unix seconds): its sessions end then.
+    pub expires_at: Option<u64>,
 }
 
 /// Who a request acts as.
@@ -90,6 +94,18 @@ impl Identity {
     }
 }
 
+/// Warns about a config that is valid but unsafe: a JWT cookie without `allowed_origins` lets
+/// any site's page open a WebSocket with the user's cookie (cross-site WebSocket hijacking).
+pub fn warn_about(cfg: &crate::config::Config) {
+    if let Some(a) = &cfg.auth {
+        if a.cookie.is_some() && !cfg.allowed_origins.restricted() {
+            tracing::warn!(
+                "[auth] cookie is set but allowed_origins is not: any web page can open a WebSocket with your users' cookie; list your sites' origins"
+            );
+        }
+    }
+}
+
 /// The checked `[auth]` config with its principals ready to hand out.
 pub struct Policy {
     /// The config.
@@ -113,6 +129,8 @@ impl Policy {
                     grants: p.grants.clone(),
                     method: Method::Basic,
                     caps: p.caps,
+                    max_age: p.max_age,
+                    expires_at: None,
                 })
             })
             .collect::<Vec<_>>();

@@ -86,7 +86,8 @@ impl Origins {
 /// The answer to a CORS preflight (`OPTIONS` with `Origin` and
 /// `Access-Control-Request-Method`), which browsers send without credentials before a
 /// credentialed `fetch` of the pull API: 204 allowing `GET`/`HEAD` with `Authorization` and
-/// `Last-Event-ID` for an allowed origin, 403 for another; `None` when `req` is not a preflight.
+/// `Last-Event-ID` (for `/mcp`: `POST`/`DELETE` with `Content-Type` and the MCP session headers)
+/// for an allowed origin, 403 for another; `None` when `req` is not a preflight.
 pub fn preflight(origins: &Origins, req: &Request) -> Option<Vec<u8>> {
     if req.method != "OPTIONS" || req.header("access-control-request-method").is_none() {
         return None;
@@ -103,16 +104,22 @@ pub fn preflight(origins: &Origins, req: &Request) -> Option<Vec<u8>> {
                 )),
         );
     }
+    // the MCP endpoint takes JSON POSTs and DELETEs with its session headers (mcp/mod.rs)
+    let (methods, headers) = if req.path == crate::mcp::PATH {
+        (
+            "POST, DELETE",
+            "authorization, content-type, mcp-session-id, mcp-protocol-version",
+        )
+    } else {
+        ("GET, HEAD", "authorization, last-event-id")
+    };
     let mut h = ResponseHead::new(204)
         .header(
             "access-control-allow-origin",
             if origins.restricted() { origin } else { "*" },
         )
-        .header("access-control-allow-methods", "GET, HEAD")
-        .header(
-            "access-control-allow-headers",
-            "authorization, last-event-id",
-        )
+        .header("access-control-allow-methods", methods)
+        .header("access-control-allow-headers", headers)
         .header("access-control-max-age", "600")
         .header("vary", "origin");
     if origins.restricted() {

@@ -4,9 +4,29 @@
 //! - `CORECAST_TOKEN`: a bearer token or a JWT (`Authorization: Bearer …`);
 //! - `CORECAST_USER` and `CORECAST_PASSWORD`: HTTP Basic.
 //!
-//! `CORECAST_TOKEN` wins when both are set.
+//! `CORECAST_TOKEN` wins when both are set. For the WebSocket commands (`pub`, `sub`, `tail`)
+//! credentials in the URL's userinfo (`ws://user:password@host/…`) win over the environment.
 
 use base64::Engine;
+
+/// The `Authorization` header for a WebSocket command on `url`: `None` when the URL carries
+/// userinfo (the client sends it as Basic) or nothing is set in the environment.
+pub fn for_url(url: &str) -> Option<String> {
+    let has_userinfo = url
+        .split_once("://")
+        .map(|(_, rest)| {
+            rest.split(['/', '?', '#'])
+                .next()
+                .unwrap_or("")
+                .contains('@')
+        })
+        .unwrap_or(false);
+    if has_userinfo {
+        None
+    } else {
+        authorization()
+    }
+}
 
 /// The `Authorization` header value, if credentials are set.
 pub fn authorization() -> Option<String> {

@@ -48,6 +48,7 @@ use crate::ingest::body::{ARROW_STREAM, JSON_LINES};
     "Examples:\n",
     "  corecast ingest ws://127.0.0.1:8765/btc --file trades.parquet\n",
     "  corecast ingest ws://127.0.0.1:8765/btc --file trades.jsonl --batch-rows 10000 --id day-1\n\n",
+    crate::credentials_help!(),
     "Exit codes:\n",
     "  0  every row of the file is in the stream\n",
     "  1  the server refused a batch (a row, the body, the stream), nothing of it committed\n",
@@ -129,6 +130,9 @@ struct Endpoint {
     addr: SocketAddr,
     host: String,
     path: String,
+    /// The `Authorization` header: the URL's userinfo as Basic, else the environment
+    /// ([`super::credentials`]).
+    authorization: Option<String>,
 }
 
 impl Endpoint {
@@ -177,6 +181,9 @@ impl Endpoint {
             "{method} {}{query} HTTP/1.1\r\nhost: {}\r\nuser-agent: corecast-ingest\r\n",
             self.path, self.host
         );
+        if let Some(a) = &self.authorization {
+            head.push_str(&format!("authorization: {a}\r\n"));
+        }
         if let Some((content_type, bytes)) = body {
             head.push_str(&format!(
                 "content-type: {content_type}\r\ncontent-length: {}\r\nexpect: 100-continue\r\n",
@@ -376,6 +383,12 @@ struct Body {
 
 fn ingest(args: &IngestArgs) -> Result<(), Failure> {
     let target = Target::parse(&args.url).map_err(|e| fail(EXIT_USAGE, e.to_string()))?;
+    if target.tls {
+        return Err(fail(
+            EXIT_USAGE,
+            "wss:// is not supported by ingest yet: use ws:// on a plaintext listener, or POST to https://…/v1/streams/NAME/ingest (curl)",
+        ));
+    }
     if args.batch_rows == 0 {
         return Err(fail(EXIT_USAGE, "--batch-rows must be at least 1"));
     }
@@ -399,6 +412,10 @@ fn ingest(args: &IngestArgs) -> Result<(), Failure> {
         addr,
         host: target.host_header(),
         path,
+        authorization: target
+            .authorization
+            .clone()
+            .or_else(super::credentials::authorization),
     };
     let start = start(&endpoint, args)?;
     let skip = start.ingest.as_ref().map_or(0, |(_, seq, _)| *seq);

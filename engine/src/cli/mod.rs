@@ -18,6 +18,15 @@ use std::process::ExitCode;
 
 use corecast_net::client::{ClientError, Row};
 
+/// `--ca FILE`: the roots of every `wss://` connection of this run. A bad file is a usage
+/// error.
+pub fn trust_ca(cmd: &str, ca: Option<&std::path::Path>) -> Result<(), ExitCode> {
+    match ca {
+        None => Ok(()),
+        Some(path) => corecast_net::client::tls::use_ca_file(path).map_err(|e| usage(cmd, &e)),
+    }
+}
+
 /// Success (including the server ending the stream normally with 1000/1001).
 pub const EXIT_OK: u8 = 0;
 /// The server refused the request or closed with an error (4400, 4404, 4416, 4429, a rejected row…).
@@ -31,6 +40,16 @@ pub const EXIT_CONNECTION: u8 = 3;
 pub const EXIT_LOCAL: u8 = 4;
 /// The server broke the protocol.
 pub const EXIT_PROTOCOL: u8 = 5;
+
+/// How the client subcommands take credentials, for their `--help` (a literal, for `concat!`).
+#[macro_export]
+macro_rules! credentials_help {
+    () => {
+        "Credentials (a broker with [auth]): ws://USER:PASSWORD@HOST:PORT/STREAM (percent-encode\n\
+special characters; never shown in messages), or the environment: CORECAST_TOKEN (a bearer\n\
+token or JWT), or CORECAST_USER and CORECAST_PASSWORD.\n\n"
+    };
+}
 
 /// The exit-code table shown in every subcommand's `--help` (a literal, for `concat!`).
 #[macro_export]
@@ -56,6 +75,11 @@ pub const EXIT_CODES_HELP: &str = exit_codes_help!();
 pub fn exit_code(e: &ClientError) -> u8 {
     match e {
         ClientError::BadUrl(_) | ClientError::Usage(_) => EXIT_USAGE,
+        // a refusal of who is asking (401, 403, 429) is the server refusing, not a lost line
+        ClientError::HttpRefused {
+            status: 401 | 403 | 429,
+            ..
+        } => EXIT_REFUSED,
         ClientError::Connect { .. }
         | ClientError::HttpRefused { .. }
         | ClientError::ConnectionLost(_) => EXIT_CONNECTION,
@@ -95,6 +119,9 @@ fn hint(e: &ClientError) -> Option<String> {
                 max.map(|m| format!(" = {m}")).unwrap_or_default()
             ))
         }
+        ClientError::HttpRefused { status: 401, .. } => Some(
+            "give credentials: ws://USER:PASSWORD@HOST/… (percent-encoded), or CORECAST_TOKEN (a bearer token or JWT), or CORECAST_USER and CORECAST_PASSWORD".into(),
+        ),
         ClientError::ExactlyOnceUnavailable { why } if why == "stream" => Some(
             "the stream must be declared with exactly_once = true (and durable) in the server's config".into(),
         ),

@@ -32,11 +32,15 @@ const INPUT_POLL: Duration = Duration::from_millis(20);
     "  cat trades.jsonl | corecast pub ws://127.0.0.1:8765/trades --batch 500\n",
     "  corecast pub ws://127.0.0.1:8765/trades --file trades.jsonl --rate 1000   # 1000 rows/s\n",
     "  corecast pub ws://127.0.0.1:8765/orders --file orders.jsonl --publisher loader-1\n\n",
-    crate::exit_codes_help!()
+    crate::credentials_help!(),
+        crate::exit_codes_help!()
 ))]
 pub struct PubArgs {
-    /// ws://HOST:PORT/STREAM
+    /// ws://HOST:PORT/STREAM or wss://HOST:PORT/STREAM (TLS)
     pub url: String,
+    /// For wss://: trust the CA certificates in this PEM file instead of the system roots.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<std::path::PathBuf>,
     /// The JSON-lines file to publish; `-` (the default) reads stdin.
     #[arg(long, short = 'f', value_name = "F.jsonl")]
     pub file: Option<PathBuf>,
@@ -120,6 +124,9 @@ pub fn run(args: PubArgs) -> ExitCode {
     if let Err(e) = corecast_net::client::Target::parse(&args.url) {
         return super::fail("pub", &e);
     }
+    if let Err(code) = super::trust_ca("pub", args.ca.as_deref()) {
+        return code;
+    }
     if let Some(r) = args.rate {
         // at least one row a day: slower rates cannot be paced (and overflow a Duration)
         if !(r.is_finite() && r >= 1.0 / 86_400.0) {
@@ -148,6 +155,7 @@ pub fn run(args: PubArgs) -> ExitCode {
     let opts = PublishOptions {
         publisher: args.publisher.clone(),
         window: args.window as usize,
+        authorization: super::credentials::for_url(&args.url),
     };
     let mut publisher = match blocking::publish(&args.url, opts) {
         Ok(p) => p,

@@ -67,13 +67,13 @@ pub fn run(args: RevokeArgs) -> ExitCode {
         }
     };
     let mut head = format!(
-        "POST /v1/principals/{}/revoke HTTP/1.1\r\nhost: {hp}\r\nuser-agent: corecast-revoke\r\ncontent-length: 0\r\nconnection: close\r\n",
+        "POST /v1/principals/{}/revoke HTTP/1.1\r\nhost: {hp}\r\nuser-agent: corecast-revoke\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n",
         encode_path_segment(&args.principal)
     );
     if let Some(a) = super::credentials::authorization() {
         head.push_str(&format!("authorization: {a}\r\n"));
     }
-    head.push_str("\r\n");
+    head.push_str("\r\n{}");
     let answer = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).and_then(|mut c| {
         c.set_read_timeout(Some(Duration::from_secs(30)))?;
         c.write_all(head.as_bytes())?;
@@ -103,6 +103,12 @@ pub fn run(args: RevokeArgs) -> ExitCode {
             .get("connections")
             .and_then(|v| v.as_u64())
             .unwrap_or(0);
+        if body.get("declared").and_then(|v| v.as_bool()) == Some(false) {
+            eprintln!(
+                "corecast: note: no principal {:?} is declared in [auth] (a typo?); a JWT subject of that name is refused all the same",
+                args.principal
+            );
+        }
         println!(
             "revoked {}: {n} open connection(s) closing; refused until the config is reloaded (SIGHUP)",
             args.principal

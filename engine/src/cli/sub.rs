@@ -10,8 +10,11 @@ use corecast_net::client::{blocking, Offset, SubscribeOptions};
 #[derive(Args, Debug)]
 #[command(after_help = const_format_help())]
 pub struct SubArgs {
-    /// ws://HOST:PORT/STREAM
+    /// ws://HOST:PORT/STREAM or wss://HOST:PORT/STREAM (TLS)
     pub url: String,
+    /// For wss://: trust the CA certificates in this PEM file instead of the system roots.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<std::path::PathBuf>,
     /// Start at this offset (inclusive), or `earliest` (same as 0). Default: live, from the next row.
     #[arg(long, value_parser = parse_offset, allow_hyphen_values = true)]
     pub offset: Option<Offset>,
@@ -51,6 +54,7 @@ const fn const_format_help() -> &'static str {
         "  corecast sub ws://127.0.0.1:8765/trades --offset 1200 --where '{\"side\":1}'\n",
         "  corecast sub ws://127.0.0.1:8765/trades --cursor trades.cursor --offset earliest   # resumable\n",
         "  corecast sub ws://127.0.0.1:8765/trades --offset 1 --catch-up  # older rows from the published table\n\n",
+        crate::credentials_help!(),
         crate::exit_codes_help!()
     )
 }
@@ -75,6 +79,9 @@ pub fn run(args: SubArgs) -> ExitCode {
     if let Err(e) = corecast_net::client::Target::parse(&args.url) {
         return super::fail("sub", &e);
     }
+    if let Err(code) = super::trust_ca("sub", args.ca.as_deref()) {
+        return code;
+    }
     if let Some(w) = &args.where_json {
         if !w.trim_start().starts_with('{') {
             return super::usage("sub", &format!("--where {w:?} is not a JSON object"));
@@ -86,6 +93,7 @@ pub fn run(args: SubArgs) -> ExitCode {
         cursor_file: args.cursor,
         catch_up: args.catch_up,
         catch_up_retries: args.catch_up_retries,
+        authorization: super::credentials::for_url(&args.url),
     };
     let sub = match blocking::connect(&args.url, opts) {
         Ok(s) => s,

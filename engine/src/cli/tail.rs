@@ -13,11 +13,15 @@ use corecast_net::client::{blocking, Offset, SubscribeOptions};
     "Examples:\n",
     "  corecast tail ws://127.0.0.1:8765/trades            # the last 10 rows, then live\n",
     "  corecast tail ws://127.0.0.1:8765/trades -n 100 --rows-only\n\n",
-    crate::exit_codes_help!()
+    crate::credentials_help!(),
+        crate::exit_codes_help!()
 ))]
 pub struct TailArgs {
-    /// ws://HOST:PORT/STREAM
+    /// ws://HOST:PORT/STREAM or wss://HOST:PORT/STREAM (TLS)
     pub url: String,
+    /// For wss://: trust the CA certificates in this PEM file instead of the system roots.
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<std::path::PathBuf>,
     /// How many of the latest rows to print before following live.
     #[arg(short = 'n', long = "lines", value_name = "N", default_value_t = 10)]
     pub n: u64,
@@ -34,8 +38,18 @@ pub fn run(args: TailArgs) -> ExitCode {
     if let Err(e) = corecast_net::client::Target::parse(&args.url) {
         return super::fail("tail", &e);
     }
+    if let Err(code) = super::trust_ca("tail", args.ca.as_deref()) {
+        return code;
+    }
     // First connection: read the frontier from the greeting, then leave.
-    let probe = match blocking::connect(&args.url, SubscribeOptions::default()) {
+    let authorization = super::credentials::for_url(&args.url);
+    let probe = match blocking::connect(
+        &args.url,
+        SubscribeOptions {
+            authorization: authorization.clone(),
+            ..Default::default()
+        },
+    ) {
         Ok(s) => s,
         Err(e) => return super::fail("tail", &e),
     };
@@ -50,6 +64,7 @@ pub fn run(args: TailArgs) -> ExitCode {
     };
     let opts = SubscribeOptions {
         offset: Some(offset),
+        authorization,
         ..Default::default()
     };
     let sub = match blocking::connect(&args.url, opts) {

@@ -38,6 +38,26 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// larger `max_message_bytes`.
 pub const TRANSPORT_MAX_BYTES: usize = 1 << 20;
 
+/// One connection past the gate, under `max_connections`; given back on drop.
+struct Admitted<'a>(&'a std::sync::atomic::AtomicI64);
+
+impl<'a> Admitted<'a> {
+    fn take(shared: &'a crate::shard::Shared) -> Option<Admitted<'a>> {
+        let n = shared.admitted.fetch_add(1, Ordering::AcqRel);
+        let slot = Admitted(&shared.admitted);
+        match shared.max_connections {
+            Some(max) if n as u64 >= max => None, // the drop gives it back
+            _ => Some(slot),
+        }
+    }
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Serves one accepted connection to its end.
 pub async fn handle(ctx: Rc<ShardCtx>, conn: Conn) {
     ctx.shared.connections.fetch_add(1, Ordering::Relaxed);
@@ -89,24 +109,26 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
         let _ = wr.shutdown().await;
         return;
     }
-    let admitted = match ctx.shared.max_connections {
-        Some(max) if ctx.shared.connections.load(Ordering::Relaxed) as u64 > max => {
-            Err(ResponseHead::new(429)
+    // max_connections counts connections past the gate: clients that never finish a head, or
+    // fail to authenticate, cannot fill it and lock out the ones that can (an operator's revoke)
+    let admitted = crate::auth::gate(&ctx.shared.auth, &req, peer)
+        .await
+        .and_then(|who| crate::auth::http::admit(&ctx.shared.auth, &who, &req).map(|a| (who, a)))
+        .and_then(|x| match Admitted::take(&ctx.shared) {
+            Some(slot) => Ok((x, slot)),
+            None => Err(ResponseHead::new(429)
                 .header("content-type", "application/json")
                 .header("retry-after", "1")
                 .finish(&corecast_net::http::response::json_error_body(
                     "too_many_connections",
-                    &format!("this server holds its max_connections ({max}); try again later"),
+                    &format!(
+                        "this server holds its max_connections ({}); try again later",
+                        ctx.shared.max_connections.unwrap_or(0)
+                    ),
                     true,
-                )))
-        }
-        _ => crate::auth::gate(&ctx.shared.auth, &req, peer)
-            .await
-            .and_then(|who| {
-                crate::auth::http::admit(&ctx.shared.auth, &who, &req).map(|a| (who, a))
-            }),
-    };
-    let (who, admission) = match admitted {
+                ))),
+        });
+    let ((who, admission), _slot) = match admitted {
         Ok(x) => x,
         Err(resp) => {
             let resp = if req.method == "HEAD" {
@@ -119,7 +141,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             return;
         }
     };
-    let live = admission.live.clone();
+    let guard = admission.guard.clone();
     let name = req.path.strip_prefix('/').unwrap_or(&req.path).to_string();
     if !is_upgrade_request(&req) {
         if let Some(resp) =
@@ -133,12 +155,17 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             let stream = stream.to_string();
             return crate::ingest::endpoint::serve(ctx, &req, &stream, rd, wr, leftover).await;
         }
+        // before SSE, as auth::http::need decides: GET /mcp is MCP's, whatever the Accept
+        if crate::mcp::wants(&req) {
+            return crate::mcp::serve(ctx, &req, peer, rd, wr, &who, guard, leftover).await;
+        }
         if let Some(stream) = sse::wants(ctx, &req, &name) {
-            return sse::serve(ctx, &req, stream, peer, rd, wr, &who, live).await;
+            return sse::serve(ctx, &req, stream, peer, rd, wr, &who, guard).await;
         }
         let client = pull::Client {
             peer,
             who: &who,
+            guard: guard.as_ref(),
             rd: &mut rd,
             held: &mut leftover,
         };
@@ -176,7 +203,8 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
         }
         return;
     }
-    let intent = route(&name, req.query.as_bytes(), &ctx.shared.registry);
+    let readable = |s: &str| who.allows(Action::DataRead, s);
+    let intent = route(&name, req.query.as_bytes(), &ctx.shared.registry, &readable);
     let intent = match intent {
         Ok(i) => i,
         Err(r) => return refuse(wr, out, r).await,
@@ -237,7 +265,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
                 WsReader::new(rd, leftover, max, READ_ROOM),
                 wr,
                 eo,
-                live,
+                guard,
             )
             .await;
         }
@@ -294,7 +322,24 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             }
             ctx.register(&signal);
             let ws = WsReader::new(rd, leftover, TRANSPORT_MAX_BYTES, SUBSCRIBER_READ_ROOM);
-            subscriber::run(ctx.clone(), st, ws, wr, start, filter, signal, live).await;
+            if let Some(deadline) = guard.as_ref().and_then(|g| g.deadline) {
+                // an idle subscriber is woken at its deadline to close (1008 expired); the
+                // timer looks at least once a minute whether the session is still there, so
+                // it outlives a closed one by a minute at most
+                let weak = Rc::downgrade(&signal);
+                rt::spawn(async move {
+                    loop {
+                        let left = deadline.saturating_duration_since(std::time::Instant::now());
+                        rt::sleep(left.min(Duration::from_secs(60))).await;
+                        let Some(s) = weak.upgrade() else { return };
+                        if std::time::Instant::now() >= deadline {
+                            s.raise();
+                            return;
+                        }
+                    }
+                });
+            }
+            subscriber::run(ctx.clone(), st, ws, wr, start, filter, signal, guard).await;
         }
     }
 }
@@ -395,14 +440,17 @@ fn plain_http(ctx: &ShardCtx, req: &Request, name: &str, who: &Identity) -> Vec<
             .header("cache-control", "no-cache")
             .finish(metrics::render(&ctx.shared, &shown).as_bytes()),
         ("GET" | "HEAD", page) if crate::ui::wants(page) => crate::ui::serve(page),
-        _ if ctx.shared.registry.get(name).is_some() => json_error(
+        // a stream the caller may not read is, to it, no such path
+        _ if ctx.shared.registry.get(name).is_some() && who.allows(Action::DataRead, name) => {
+            json_error(
             404,
             "not_found",
             &format!(
                 "/{name} is a stream: subscribe over WebSocket (ws://HOST/{name}) or Server-Sent Events (GET /{name}/events, or Accept: text/event-stream)"
             ),
             false,
-        ),
+            )
+        }
         _ => json_error(404, "not_found", &format!("no such path: /{name}"), false),
     }
 }

@@ -31,7 +31,7 @@ use super::deliver::write_timeout;
 use super::keepalive::{self, Due, Keepalive};
 use super::pong::OwedPong;
 use super::ws_io::{WsIn, WsReader, LINGER};
-use crate::auth::live::{Live, REVOKED_REASON};
+use crate::auth::live::Guard;
 use crate::commit::writer::{Append, AppendReply, WriterMsg};
 use crate::fanout::signal::Signal;
 use crate::registry::{Claim, Stream};
@@ -78,13 +78,13 @@ struct PubState {
     ending: Signal,
     /// The socket failed or the peer went away without a close: nothing more can be written.
     gone: Cell<bool>,
-    /// The principal's live state (`None` on an open broker): revoked → 1008.
-    live: Option<Arc<Live>>,
+    /// The principal's revocation and deadline (`None` on an open broker): 1008.
+    guard: Option<Guard>,
 }
 
 impl PubState {
-    fn revoked(&self) -> bool {
-        self.live.as_ref().is_some_and(|l| l.revoked())
+    fn must_end(&self) -> bool {
+        self.guard.as_ref().and_then(Guard::ending).is_some()
     }
 }
 
@@ -110,11 +110,11 @@ pub async fn run(
     ws: WsReader,
     wr: WriteHalf,
     eo: Option<ExactlyOnce>,
-    live: Option<Arc<Live>>,
+    guard: Option<Guard>,
 ) {
     let state = Rc::new(PubState {
         keepalive: Keepalive::new(ctx.shared.keepalive),
-        live,
+        guard,
         ..PubState::default()
     });
     stream.stats.publishers.fetch_add(1, Ordering::Relaxed);
@@ -156,7 +156,8 @@ async fn read_loop(
     eo: Option<Rc<ExactlyOnce>>,
 ) {
     loop {
-        if ctx.shutting_down() || superseded(eo.as_deref()) || state.dead.get() || state.revoked() {
+        if ctx.shutting_down() || superseded(eo.as_deref()) || state.dead.get() || state.must_end()
+        {
             break;
         }
         let Some(ev) = ws.next_until(state.ending.wait()).await else {
@@ -463,7 +464,10 @@ async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Opt
         }
         let drained = state.queue.borrow().is_empty() && !state.reader_busy.get();
         if drained
-            && (state.reader_done.get() || ctx.shutting_down() || superseded(eo) || state.revoked())
+            && (state.reader_done.get()
+                || ctx.shutting_down()
+                || superseded(eo)
+                || state.must_end())
         {
             break;
         }
@@ -473,8 +477,9 @@ async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Opt
     state.end_reading();
     let (code, reason) = if superseded(eo) {
         (CloseCode(4409).0, r#"{"error":"superseded"}"#.to_string())
-    } else if state.revoked() {
-        (1008, REVOKED_REASON.to_string())
+    } else if let Some(end) = state.guard.as_ref().and_then(Guard::ending) {
+        let (code, reason) = end.close();
+        (code, reason.to_string())
     } else if let Some(c) = state.close.borrow_mut().take() {
         c
     } else if ctx.shutting_down() {

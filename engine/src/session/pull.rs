@@ -19,6 +19,10 @@
 //! wait > 60), `bad_request` (400), `not_found` (404), `not_durable` (409: a live-only stream
 //! has no log to page through; `latest` still answers from memory).
 //!
+//! The work is done by functions that return data — [`catalog`], [`entry_json`], [`latest`] and
+//! [`rows`] (cursor sign and verify, the bounded wait), refusing with a [`Refused`] — which the
+//! HTTP handlers here and the MCP tools ([`crate::mcp::tools`]) both call.
+//!
 //! Reads below the shard's ring go through the reader pool; the ring is sliced in place. Nothing
 //! here touches SQLite on the shard thread.
 //!
@@ -78,6 +82,8 @@ pub struct Client<'a> {
     /// Who is asking: the catalog lists only the streams it may read, and cursors are bound
     /// to it as well as to the address.
     pub who: &'a crate::auth::Identity,
+    /// Its revocation and deadline: a long poll that is waiting ends with 403 when it ends.
+    pub guard: Option<&'a crate::auth::live::Guard>,
     /// The connection's reading half.
     pub rd: &'a mut ReadHalf,
     /// Bytes read past the request head, and any the client sends while its poll waits.
@@ -96,14 +102,47 @@ fn err(status: u16, code: &str, message: &str) -> Vec<u8> {
     json(status, &json_error_body(code, message, status >= 500))
 }
 
-/// 503 with `Retry-After: 30`: a cap is full.
-fn err_retry_after(code: &str, message: &str) -> Vec<u8> {
-    ResponseHead::new(503)
-        .header("content-type", "application/json")
-        .header("cache-control", "no-store")
-        .header("access-control-allow-origin", "*")
-        .header("retry-after", "30")
-        .finish(&json_error_body(code, message, true))
+/// Why the pull contract refuses a request: the HTTP API answers it with `status` and the
+/// shared error body; an MCP tool answers it as a tool error carrying the same body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The HTTP status.
+    pub status: u16,
+    /// The error code (`cursor_invalid`, `resource_limit_exceeded`, `not_found`, …).
+    pub code: &'static str,
+    /// One line: what failed and what to do.
+    pub message: String,
+    /// A cap is full: answered 503 with `Retry-After: 30`.
+    pub retry_after: bool,
+}
+
+impl Refused {
+    fn new(status: u16, code: &'static str, message: impl Into<String>) -> Refused {
+        Refused {
+            status,
+            code,
+            message: message.into(),
+            retry_after: false,
+        }
+    }
+
+    /// The shared error body, `{"error":{"code","message","retryable",…}}`.
+    pub fn body(&self) -> Vec<u8> {
+        json_error_body(self.code, &self.message, self.status >= 500)
+    }
+
+    /// The whole HTTP response.
+    pub fn response(&self) -> Vec<u8> {
+        if !self.retry_after {
+            return json(self.status, &self.body());
+        }
+        ResponseHead::new(self.status)
+            .header("content-type", "application/json")
+            .header("cache-control", "no-store")
+            .header("access-control-allow-origin", "*")
+            .header("retry-after", "30")
+            .finish(&self.body())
+    }
 }
 
 fn jstr(s: &str) -> String {
@@ -143,44 +182,65 @@ pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, client: Client<'_>) -> Op
         return Some(Answer::Respond(err(400, "bad_request", &detail)));
     }
     let resp = match parts.as_slice() {
-        [""] => {
-            let mut body = String::from("{\"streams\":[");
-            let readable = reg.streams.iter().filter(|st| {
-                client
-                    .who
-                    .allows(crate::auth::Action::DataRead, &st.cfg.name)
-            });
-            for (i, st) in readable.enumerate() {
-                if i > 0 {
-                    body.push(',');
-                }
-                entry(st, &mut body);
-            }
-            body.push_str("]}");
-            json(200, body.as_bytes())
-        }
+        [""] => json(200, catalog(ctx, client.who).as_bytes()),
         [name] | [name, ""] => match find(name) {
-            Ok(st) => {
-                let mut body = String::new();
-                entry(&st, &mut body);
-                json(200, body.as_bytes())
-            }
+            Ok(st) => json(200, entry_json(&st).as_bytes()),
             Err(e) => e,
         },
         [name, "latest"] => match find(name) {
-            Ok(st) => latest(ctx, &st, &q).await,
+            Ok(st) => match parse_limit(&q, 10) {
+                Ok(limit) => respond(latest(ctx, &st, limit).await),
+                Err(e) => e.response(),
+            },
             Err(e) => e,
         },
         [name, "rows"] => match find(name) {
-            Ok(st) => match rows(ctx, &st, &q, client).await {
-                Answer::Respond(r) => r,
-                gone => return Some(gone),
+            Ok(st) => match rows_ask(&q) {
+                Ok(ask) => match rows(ctx, &st, ask, client).await {
+                    Ok(Polled::Page(body)) => json(200, &body),
+                    Ok(Polled::ClientGone) => return Some(Answer::ClientGone),
+                    Err(e) => e.response(),
+                },
+                Err(e) => e.response(),
             },
             Err(e) => e,
         },
         _ => err(404, "not_found", &format!("no endpoint at {path}")),
     };
     Some(Answer::Respond(resp))
+}
+
+fn respond(r: Result<Vec<u8>, Refused>) -> Vec<u8> {
+    match r {
+        Ok(body) => json(200, &body),
+        Err(e) => e.response(),
+    }
+}
+
+/// The catalog, `{"streams":[entry,…]}`: the streams `who` may read (`data.read`).
+pub fn catalog(ctx: &ShardCtx, who: &crate::auth::Identity) -> String {
+    let mut body = String::from("{\"streams\":[");
+    let readable = ctx
+        .shared
+        .registry
+        .streams
+        .iter()
+        .filter(|st| who.allows(crate::auth::Action::DataRead, &st.cfg.name));
+    for (i, st) in readable.enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        entry(st, &mut body);
+    }
+    body.push_str("]}");
+    body
+}
+
+/// One catalog entry as a JSON object (the caller checked `data.read`).
+pub fn entry_json(st: &Stream) -> String {
+    let mut body = String::new();
+    entry(st, &mut body);
+    body
 }
 
 /// One catalog entry.
@@ -214,20 +274,20 @@ fn entry(st: &Stream, o: &mut String) {
     );
 }
 
-fn parse_limit(q: &Query, default: usize) -> Result<usize, Vec<u8>> {
+fn parse_limit(q: &Query, default: usize) -> Result<usize, Refused> {
     match q.get("limit") {
         None => Ok(default),
         Some(v) => match v.trim().parse::<u64>() {
-            Ok(n) if n as usize <= MAX_LIMIT => Ok(n as usize),
-            Ok(n) => Err(err(
+            Ok(n) if n <= MAX_LIMIT as u64 => Ok(n as usize),
+            Ok(n) => Err(Refused::new(
                 400,
                 "resource_limit_exceeded",
-                &format!("limit={n} is over the maximum of {MAX_LIMIT} rows"),
+                format!("limit={n} is over the maximum of {MAX_LIMIT} rows"),
             )),
-            Err(_) => Err(err(
+            Err(_) => Err(Refused::new(
                 400,
                 "bad_request",
-                &format!("limit={v} is not a row count"),
+                format!("limit={v} is not a row count"),
             )),
         },
     }
@@ -304,7 +364,7 @@ async fn read_window(
     limit: usize,
     scan: usize,
     keep: Keep,
-) -> Result<Window, Vec<u8>> {
+) -> Result<Window, Refused> {
     let mut w = Window {
         next: from,
         keep,
@@ -349,12 +409,22 @@ async fn read_window(
             reply: tx,
         };
         if ctx.shared.replay.submit(job).is_err() {
-            return Err(err(503, "unavailable", "the reader pool has stopped"));
+            return Err(Refused::new(
+                503,
+                "unavailable",
+                "the reader pool has stopped",
+            ));
         }
         let r = match rx.recv_async().await {
             Ok(Ok(r)) => r,
-            Ok(Err(e)) => return Err(err(500, "storage_error", &e)),
-            Err(_) => return Err(err(503, "unavailable", "the reader pool has stopped")),
+            Ok(Err(e)) => return Err(Refused::new(500, "storage_error", e)),
+            Err(_) => {
+                return Err(Refused::new(
+                    503,
+                    "unavailable",
+                    "the reader pool has stopped",
+                ))
+            }
         };
         if let Some((first, last)) = r.missing {
             if w.n() > 0 || w.missing.is_some() {
@@ -380,11 +450,13 @@ async fn read_window(
     Ok(w)
 }
 
-async fn latest(ctx: &ShardCtx, st: &Stream, q: &Query) -> Vec<u8> {
-    let limit = match parse_limit(q, 10) {
-        Ok(n) => n,
-        Err(e) => return e,
-    };
+/// The last `limit` (≤ [`MAX_LIMIT`]) rows of `st` as the `latest` body:
+/// `{"stream","end_offset","count","rows":[[offset,ts,row],…]}` (the caller checked
+/// `data.read`).
+pub async fn latest(ctx: &ShardCtx, st: &Stream, limit: usize) -> Result<Vec<u8>, Refused> {
+    if limit > MAX_LIMIT {
+        return Err(over_limit(limit));
+    }
     let (head, base) = {
         let hub = ctx.hubs[st.index].borrow();
         (hub.head(), hub.base())
@@ -395,10 +467,7 @@ async fn latest(ctx: &ShardCtx, st: &Stream, q: &Query) -> Vec<u8> {
         base
     };
     let from = head.saturating_sub(limit as u64).max(floor);
-    let w = match read_window(ctx, st, from, head, None, limit, limit, Keep::Newest).await {
-        Ok(w) => w,
-        Err(e) => return e,
-    };
+    let w = read_window(ctx, st, from, head, None, limit, limit, Keep::Newest).await?;
     let mut body = Vec::with_capacity(w.bytes + w.n() + 128);
     let end = if st.durable() {
         head.to_string()
@@ -414,7 +483,15 @@ async fn latest(ctx: &ShardCtx, st: &Stream, q: &Query) -> Vec<u8> {
     );
     w.write_items(&mut body);
     body.extend_from_slice(b"]}");
-    json(200, &body)
+    Ok(body)
+}
+
+fn over_limit(limit: usize) -> Refused {
+    Refused::new(
+        400,
+        "resource_limit_exceeded",
+        format!("limit={limit} is over the maximum of {MAX_LIMIT} rows"),
+    )
 }
 
 struct Bytes<'a>(&'a mut Vec<u8>);
@@ -430,54 +507,107 @@ fn now_s() -> u64 {
     (now_us() / 1_000_000).max(0) as u64
 }
 
-/// A window of rows, or [`Answer::ClientGone`] when the client closed the connection while the
-/// poll waited.
-async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Answer {
-    let Client {
-        peer,
-        who,
-        rd,
-        held,
-    } = client;
-    let limit = match parse_limit(q, 100) {
-        Ok(n) => n,
-        Err(e) => return Answer::Respond(e),
-    };
-    let wait = match q.get("wait") {
+/// What a window of rows asks for: the query of `/rows`, or an MCP tool's arguments.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RowsAsk<'a> {
+    /// A cursor from an earlier window (it wins over `from`).
+    pub cursor: Option<&'a str>,
+    /// `earliest`, `latest` or an offset (decimal); absent: the earliest held.
+    pub from: Option<&'a str>,
+    /// At most this many rows (≤ [`MAX_LIMIT`]).
+    pub limit: usize,
+    /// Long-poll this long while nothing is new (≤ [`MAX_WAIT_S`]).
+    pub wait_s: f64,
+    /// A `where=` filter (its JSON text).
+    pub filter: Option<&'a str>,
+}
+
+/// How a window ended.
+#[derive(Debug)]
+pub enum Polled {
+    /// The window's body: `{"stream","status",["missing",]"count","next_offset","end_offset",
+    /// "next_cursor","rows"}`.
+    Page(Vec<u8>),
+    /// The client closed the connection while the poll waited.
+    ClientGone,
+}
+
+/// `/rows`' query as a [`RowsAsk`], its bounds checked.
+fn rows_ask(q: &Query) -> Result<RowsAsk<'_>, Refused> {
+    let limit = parse_limit(q, 100)?;
+    let wait_s = match q.get("wait") {
         None => 0.0,
         Some(v) => match v.trim().parse::<f64>() {
             Ok(s) if s.is_finite() && (0.0..=MAX_WAIT_S).contains(&s) => s,
             Ok(s) if s.is_finite() && s > MAX_WAIT_S => {
-                return Answer::Respond(err(
+                return Err(Refused::new(
                     400,
                     "resource_limit_exceeded",
-                    &format!("wait={v} is over the maximum of {MAX_WAIT_S} s"),
+                    format!("wait={v} is over the maximum of {MAX_WAIT_S} s"),
                 ))
             }
             _ => {
-                return Answer::Respond(err(
+                return Err(Refused::new(
                     400,
                     "bad_request",
-                    &format!("wait={v} is not a number of seconds ≥ 0"),
+                    format!("wait={v} is not a number of seconds ≥ 0"),
                 ))
             }
         },
     };
+    Ok(RowsAsk {
+        cursor: q.get("cursor"),
+        from: q.get("from"),
+        limit,
+        wait_s,
+        filter: q.get("where"),
+    })
+}
+
+/// A window of at most `ask.limit` rows of `st` from the cursor on, with its signed
+/// `next_cursor` (bound to the stream, its stream_id, the filter, the client's address and
+/// principal); waits up to `ask.wait_s` while nothing is new. [`Polled::ClientGone`] when the
+/// client closed the connection while the poll waited. The caller checked `data.read`.
+pub async fn rows(
+    ctx: &ShardCtx,
+    st: &Stream,
+    ask: RowsAsk<'_>,
+    client: Client<'_>,
+) -> Result<Polled, Refused> {
+    let Client {
+        peer,
+        who,
+        guard,
+        rd,
+        held,
+    } = client;
+    let limit = ask.limit;
+    if limit > MAX_LIMIT {
+        return Err(over_limit(limit));
+    }
+    let wait = ask.wait_s;
+    if !(wait.is_finite() && (0.0..=MAX_WAIT_S).contains(&wait)) {
+        return Err(Refused::new(
+            400,
+            "resource_limit_exceeded",
+            format!("wait={wait} is outside 0..={MAX_WAIT_S} s"),
+        ));
+    }
     if !st.durable() {
-        return Answer::Respond(err(
+        return Err(Refused::new(
             409,
             "not_durable",
-            &format!(
+            format!(
                 "stream {} keeps no log to page through; use /latest, SSE or WebSocket",
                 st.cfg.name
             ),
         ));
     }
-    let filter = match q.get("where") {
+    let filter = match ask.filter {
         None => None,
         Some(w) => match super::conn::parse_filter(st, w) {
             Ok(f) => Some(f),
-            Err(detail) => return Answer::Respond(err(400, "bad_request", &detail)),
+            Err(detail) => return Err(Refused::new(400, "bad_request", detail)),
         },
     };
     let mut caller = peer.map(|p| p.to_string()).unwrap_or_default();
@@ -496,16 +626,16 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
     let head0 = ctx.hubs[st.index].borrow().head();
     let earliest = st.earliest.load(Ordering::Acquire).min(head0).max(1);
     let mut next =
-        match (q.get("cursor").filter(|c| !c.is_empty()), q.get("from")) {
+        match (ask.cursor.filter(|c| !c.is_empty()), ask.from) {
             (Some(c), _) => match key.verify(&binding, c, now_s()) {
                 Ok(n) => n,
-                Err(CursorError::Invalid) => return Answer::Respond(err(
+                Err(CursorError::Invalid) => return Err(Refused::new(
                     400,
                     "cursor_invalid",
                     "this cursor was not issued for this stream, filter and caller, or was altered (send the same where= as the request that returned it, from the same address, as the same principal)",
                 )),
                 Err(CursorError::Expired) => {
-                    return Answer::Respond(err(
+                    return Err(Refused::new(
                         410,
                         "cursor_expired",
                         "this cursor has expired; start again without one",
@@ -518,10 +648,10 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
                 Some(0) => earliest,
                 Some(n) if (1..=i64::MAX as i128).contains(&n) => n as u64,
                 _ => {
-                    return Answer::Respond(err(
+                    return Err(Refused::new(
                         400,
                         "bad_request",
-                        &format!(
+                        format!(
                             "from={v}: use earliest, latest or an offset (an integer in 0..=2^63-1; 0 means the earliest held)"
                         ),
                     ))
@@ -543,13 +673,17 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
         limit
     };
     let w = loop {
+        if let Some(end) = guard.and_then(crate::auth::live::Guard::ending) {
+            return Err(Refused::new(
+                403,
+                end.sse_reason(),
+                "this principal's session ended while the poll waited (revoked or expired)",
+            ));
+        }
         let head = ctx.hubs[st.index].borrow().head();
         let w = if next < head && limit > 0 {
             let keep = Keep::Oldest;
-            match read_window(ctx, st, next, head, filter.as_ref(), limit, scan, keep).await {
-                Ok(w) => w,
-                Err(e) => return Answer::Respond(e),
-            }
+            read_window(ctx, st, next, head, filter.as_ref(), limit, scan, keep).await?
         } else {
             Window {
                 next,
@@ -572,10 +706,14 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
                 Some(s) => slot = Some(s),
                 None => {
                     super::metrics::count_refusal(503);
-                    return Answer::Respond(err_retry_after(
-                        "too_many_streams",
-                        "too many open SSE streams and long polls (per process or per client); retry later",
-                    ));
+                    return Err(Refused {
+                        retry_after: true,
+                        ..Refused::new(
+                            503,
+                            "too_many_streams",
+                            "too many open SSE streams and long polls (per process or per client); retry later",
+                        )
+                    });
                 }
             }
         }
@@ -596,7 +734,7 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
             .await;
         st.stats.pull_waiting.fetch_sub(1, Ordering::Relaxed);
         if waited == rt::Watched::Closed {
-            return Answer::ClientGone;
+            return Ok(Polled::ClientGone);
         }
     };
     let head = ctx.hubs[st.index].borrow().head();
@@ -623,5 +761,5 @@ async fn rows(ctx: &ShardCtx, st: &Stream, q: &Query, client: Client<'_>) -> Ans
     );
     w.write_items(&mut body);
     body.extend_from_slice(b"]}");
-    Answer::Respond(json(200, &body))
+    Ok(Polled::Page(body))
 }

@@ -147,8 +147,14 @@ fn decode_bytes(s: &[u8]) -> Vec<u8> {
 }
 
 /// Checks a request for stream `name` (percent-decoded path without the leading `/`) with the
-/// raw query string.
-pub fn route(name: &str, query: &[u8], registry: &Registry) -> Result<Intent, Refusal> {
+/// raw query string. A 4404 lists only the streams `visible` lets through (the caller's
+/// `data.read` grants).
+pub fn route(
+    name: &str,
+    query: &[u8],
+    registry: &Registry,
+    visible: &dyn Fn(&str) -> bool,
+) -> Result<Intent, Refusal> {
     let q = Query::parse(query);
     if let Some(detail) = unknown_params(&q, &["offset", "publish", "publisher", "where"]) {
         return Err(bad_request(&detail));
@@ -188,7 +194,12 @@ pub fn route(name: &str, query: &[u8], registry: &Registry) -> Result<Intent, Re
             return Err(bad_request("invalid stream name"));
         }
         // the names that fit in a close reason (123 bytes), sorted
-        let names: Vec<&str> = registry.names_sorted.iter().map(String::as_str).collect();
+        let names: Vec<&str> = registry
+            .names_sorted
+            .iter()
+            .map(String::as_str)
+            .filter(|n| visible(n))
+            .collect();
         return Err(CloseReason::NoSuchStream {
             serves: Some(&names),
         }

@@ -115,9 +115,13 @@ pub(crate) enum ClientKey {
 impl ClientKey {
     /// The key of a request from `peer` made as `who`; `None`: not counted per client.
     pub(crate) fn of(peer: Option<IpAddr>, who: &crate::auth::Identity) -> Option<ClientKey> {
-        match who.name() {
-            Some(n) => Some(ClientKey::Principal(n.to_string())),
-            None => peer.map(ClientKey::Addr),
+        match who {
+            // everyone without credentials is `anonymous`: counted by address, or one client
+            // could take every anonymous place
+            crate::auth::Identity::As(p) if p.method != crate::auth::Method::Anonymous => {
+                Some(ClientKey::Principal(p.name.clone()))
+            }
+            _ => peer.map(ClientKey::Addr),
         }
     }
 }
@@ -308,7 +312,7 @@ pub async fn serve(
     rd: ReadHalf,
     mut wr: WriteHalf,
     who: &crate::auth::Identity,
-    live: Option<Arc<crate::auth::live::Live>>,
+    guard: Option<crate::auth::live::Guard>,
 ) {
     let set = settings();
     // CORS per allowed_origins: every answer below is built with `*`, then the policy applied
@@ -437,7 +441,7 @@ pub async fn serve(
         head,
         filter.as_ref(),
         &lag,
-        live.as_deref(),
+        guard.as_ref(),
     )
     .await;
     st.stats.sse_subscribers.fetch_sub(1, Ordering::Relaxed);
@@ -513,9 +517,14 @@ async fn run(
     replay_end: u64,
     filter: Option<&Filter>,
     lag: &AtomicU64,
-    live: Option<&crate::auth::live::Live>,
+    guard: Option<&crate::auth::live::Guard>,
 ) -> Option<&'static str> {
     let deadline = Instant::now() + set.max_age;
+    // the principal's deadline, when sooner, ends the stream with `expired` instead of `max_age`
+    let deadline = match guard.and_then(|g| g.deadline) {
+        Some(d) if d < deadline => d,
+        _ => deadline,
+    };
     let mut last_write = Instant::now();
     let mut gap = ping_gap(set);
     let mut fv = FrameVec::new();
@@ -523,8 +532,8 @@ async fn run(
         if state.gone.get() {
             return None;
         }
-        if live.is_some_and(|l| l.revoked()) {
-            return Some("revoked");
+        if let Some(end) = guard.and_then(|g| g.ending()) {
+            return Some(end.sse_reason());
         }
         let now = Instant::now();
         if now >= deadline {

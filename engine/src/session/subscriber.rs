@@ -27,7 +27,7 @@ use super::deliver::{gather, write, Rendering};
 use super::keepalive::{self, Due, Keepalive};
 use super::pong::OwedPong;
 use super::ws_io::{WsIn, WsReader, LINGER};
-use crate::auth::live::{Live, REVOKED_REASON};
+use crate::auth::live::Guard;
 use crate::fanout::signal::Signal;
 use crate::filter::Filter;
 use crate::registry::Stream;
@@ -46,8 +46,8 @@ struct SubState {
     /// Raised when the session is over (its close written, or the peer gone): the reader task
     /// stops reading frames, lingers for the peer's close, and lets go of the socket.
     ended: Signal,
-    /// The principal's live state (`None` on an open broker): revoked → 1008.
-    live: Option<Arc<Live>>,
+    /// The principal's revocation and deadline (`None` on an open broker): 1008.
+    guard: Option<Guard>,
 }
 
 /// Where a subscription starts.
@@ -69,11 +69,11 @@ pub async fn run(
     start: Start,
     filter: Option<Filter>,
     signal: Rc<Signal>,
-    live: Option<Arc<Live>>,
+    guard: Option<Guard>,
 ) {
     let state = Rc::new(SubState {
         keepalive: Keepalive::new(ctx.shared.keepalive),
-        live,
+        guard,
         ..SubState::default()
     });
     stream.stats.subscribers.fetch_add(1, Ordering::Relaxed);
@@ -169,8 +169,9 @@ async fn serve(
         if state.gone.get() {
             return None;
         }
-        if state.live.as_ref().is_some_and(|l| l.revoked()) {
-            return Some((1008, REVOKED_REASON.into()));
+        if let Some(end) = state.guard.as_ref().and_then(Guard::ending) {
+            let (code, reason) = end.close();
+            return Some((code, reason.into()));
         }
         if let Some((code, _)) = state.peer_close.get() {
             return Some((code, String::new()));

@@ -73,6 +73,8 @@ pub struct Shared {
     /// Open connections allowed, all shards (`max_connections`); `None`: the descriptors are
     /// the limit.
     pub max_connections: Option<u64>,
+    /// Connections past the gate, all shards (what `max_connections` caps).
+    pub admitted: AtomicI64,
     /// Every shard's inbox, to wake their sessions ([`ShardMsg::Wake`]).
     pub shard_inboxes: Vec<flume::Sender<ShardMsg>>,
     driver: AtomicU8,
@@ -98,6 +100,7 @@ impl Shared {
             shutting_down: AtomicBool::new(false),
             auth: crate::auth::Auth::open(),
             max_connections: None,
+            admitted: AtomicI64::new(0),
             shard_inboxes: Vec::new(),
             driver: AtomicU8::new(0),
         }
@@ -173,12 +176,22 @@ impl ShardCtx {
     }
 }
 
+/// One listening address and whether it speaks TLS.
+#[derive(Clone)]
+pub struct ListenOn {
+    /// The address (port resolved).
+    pub addr: SocketAddr,
+    /// The TLS configuration, or `None` for plaintext.
+    pub tls: Option<rt::TlsServerConfig>,
+}
+
 /// Everything a shard thread needs to start.
 pub struct ShardSetup {
     /// Shard index.
     pub index: usize,
-    /// Address to listen on (port already resolved).
-    pub listen: SocketAddr,
+    /// Addresses to listen on (ports already resolved): the main one first, then a TLS-only
+    /// one when `[tls] listen` is set.
+    pub listen: Vec<ListenOn>,
     /// Core to pin to, if any.
     pub core: Option<core_affinity::CoreId>,
     /// Shared state.
@@ -219,13 +232,16 @@ pub fn run(setup: ShardSetup) {
         ..
     } = setup;
     runtime.block_on(async move {
-        let listener = match Listener::bind_shared(listen) {
-            Ok(l) => l,
-            Err(e) => {
-                let _ = ready.send(Err(format!("cannot listen on {listen}: {e}")));
-                return;
+        let mut listeners = Vec::new();
+        for on in listen {
+            match Listener::bind_shared(on.addr) {
+                Ok(l) => listeners.push((l, on.tls)),
+                Err(e) => {
+                    let _ = ready.send(Err(format!("cannot listen on {}: {e}", on.addr)));
+                    return;
+                }
             }
-        };
+        }
         let hubs = shared
             .registry
             .streams
@@ -245,12 +261,16 @@ pub fn run(setup: ShardSetup) {
             drain_started: Cell::new(None),
         });
         let _ = ready.send(Ok(driver));
-        rt::spawn(accept_loop(ctx.clone(), listener));
+        for (listener, tls) in listeners {
+            rt::spawn(accept_loop(ctx.clone(), listener, tls));
+        }
         inbox_loop(&ctx, inbox).await;
     });
 }
 
-async fn accept_loop(ctx: Rc<ShardCtx>, listener: Listener) {
+/// Accepts connections on `listener` and serves each on this shard; over TLS when `tls` is
+/// set (the handshake then runs inside the request head's first reads, under its deadline).
+async fn accept_loop(ctx: Rc<ShardCtx>, listener: Listener, tls: Option<rt::TlsServerConfig>) {
     // failures (EMFILE when descriptors run out) are logged at most once a second, with a count
     let mut last_log: Option<Instant> = None;
     let mut suppressed = 0u64;
@@ -261,6 +281,16 @@ async fn accept_loop(ctx: Rc<ShardCtx>, listener: Listener) {
                     drop(conn);
                     continue;
                 }
+                let conn = match &tls {
+                    None => conn,
+                    Some(cfg) => match conn.tls_accept(cfg) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            tracing::warn!(shard = ctx.index, "tls session not created: {e}");
+                            continue;
+                        }
+                    },
+                };
                 rt::spawn(conn::handle(ctx.clone(), conn));
             }
             Err(e) => {

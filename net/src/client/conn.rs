@@ -10,7 +10,7 @@ use super::{ClientError, Greeting, PublisherMark};
 use crate::rt::{Conn, ReadHalf, Watched, WriteHalf};
 use crate::ws::close::CloseCode;
 use crate::ws::frame::{encode_close, encode_frame, encode_pong, FrameLimits, OpCode};
-use crate::ws::handshake::{check_response, client_key, client_request, ClientHandshakeError};
+use crate::ws::handshake::{check_response, client_key, client_request_with, ClientHandshakeError};
 use crate::ws::receiver::{ReceiveError, Received, Receiver};
 
 /// Bytes to leave free before each read.
@@ -75,25 +75,37 @@ pub(crate) struct WsConn {
 }
 
 impl WsConn {
-    /// Dials `addr`, sends the upgrade for `path` with `host`, and checks the 101.
+    /// Dials `addr` (with TLS for `wss://`), sends the upgrade for `path` with the target's
+    /// host, and checks the 101.
     pub(crate) async fn open(
         addr: SocketAddr,
-        host: &str,
+        target: &super::Target,
         path: &str,
     ) -> Result<WsConn, ClientError> {
-        let conn = Conn::connect(addr)
-            .await
-            .map_err(|e| ClientError::Connect {
-                addr: host.to_string(),
-                msg: e.to_string(),
-            })?;
+        let host = &target.host_header();
+        let fail = |e: std::io::Error| ClientError::Connect {
+            addr: host.to_string(),
+            msg: e.to_string(),
+        };
+        let conn = if target.tls {
+            let dial = super::tls::TlsDial::new(target.bare_host())?;
+            dial.connect(addr).await.map_err(fail)?
+        } else {
+            Conn::connect(addr).await.map_err(fail)?
+        };
         let (mut r, mut w) = conn.split();
         let mut rng = XorShift::seeded();
         let mut nonce = [0u8; 16];
         nonce[..8].copy_from_slice(&rng.next_u64().to_le_bytes());
         nonce[8..].copy_from_slice(&rng.next_u64().to_le_bytes());
         let key = client_key(nonce);
-        let req = client_request(host, path, &key);
+        let auth: Vec<(&str, &str)> = target
+            .authorization
+            .as_deref()
+            .map(|a| ("Authorization", a))
+            .into_iter()
+            .collect();
+        let req = client_request_with(host, path, &key, &auth);
         let (res, _) = w.write_all(req).await;
         res.map_err(ClientError::io)?;
         let mut buf = Vec::with_capacity(READ_ROOM);

@@ -1,5 +1,6 @@
 //! The client library: subscribe to and publish into a streamcast-protocol-4 broker (corecast or
-//! the reference server) over `ws://`.
+//! the reference server) over `ws://` or `wss://` (TLS: the system roots, or a CA file through
+//! [`tls::use_ca_file`]).
 //!
 //! Async on this crate's runtime ([`crate::rt`]), with a blocking facade ([`blocking`]) that runs
 //! a runtime on the calling thread.
@@ -37,6 +38,7 @@ mod cursor;
 mod error;
 mod publish;
 mod subscribe;
+pub mod tls;
 mod url;
 
 use std::ops::Range;
@@ -88,6 +90,9 @@ pub struct SubscribeOptions {
     /// server keeps refusing (it moves on while the table is read); then
     /// [`ClientError::CatchUpExhausted`]. Default [`CATCH_UP_RETRIES`].
     pub catch_up_retries: u32,
+    /// The `Authorization` header sent with every upgrade (e.g. `Bearer TOKEN`); `None`: the
+    /// URL's userinfo (`ws://user:password@host/…`, sent as HTTP Basic), if any.
+    pub authorization: Option<String>,
 }
 
 impl Default for SubscribeOptions {
@@ -98,6 +103,7 @@ impl Default for SubscribeOptions {
             cursor_file: None,
             catch_up: false,
             catch_up_retries: CATCH_UP_RETRIES,
+            authorization: None,
         }
     }
 }

@@ -26,6 +26,9 @@ pub struct PublishOptions {
     pub publisher: Option<String>,
     /// Frames in flight before [`Publisher::submit`] waits for replies (at least 1).
     pub window: usize,
+    /// The `Authorization` header sent with the upgrade (e.g. `Bearer TOKEN`); `None`: the
+    /// URL's userinfo (`ws://user:password@host/…`, sent as HTTP Basic), if any.
+    pub authorization: Option<String>,
 }
 
 impl Default for PublishOptions {
@@ -33,6 +36,7 @@ impl Default for PublishOptions {
         PublishOptions {
             publisher: None,
             window: DEFAULT_WINDOW,
+            authorization: None,
         }
     }
 }
@@ -85,7 +89,10 @@ pub struct Publisher {
 
 /// Opens a publisher on `url` (`ws://HOST:PORT/STREAM`) and waits for the greeting.
 pub async fn publish(url: &str, opts: PublishOptions) -> Result<Publisher, ClientError> {
-    let target = Target::parse(url)?;
+    let mut target = Target::parse(url)?;
+    if let Some(a) = &opts.authorization {
+        target.authorization = Some(a.clone());
+    }
     if opts.window == 0 {
         return Err(ClientError::Usage(
             "the publish window must be at least 1".into(),
@@ -102,7 +109,7 @@ pub async fn publish(url: &str, opts: PublishOptions) -> Result<Publisher, Clien
         query.push(("publisher", Some(id)));
     }
     let addr = target.resolve()?;
-    let mut ws = WsConn::open(addr, &target.host_header(), &target.path_and_query(&query)).await?;
+    let mut ws = WsConn::open(addr, &target, &target.path_and_query(&query)).await?;
     let greeting = ws.greeting().await?;
     let next_seq = match (&opts.publisher, &greeting.publisher) {
         (None, _) => None,

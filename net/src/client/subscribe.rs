@@ -31,7 +31,10 @@ pub struct Subscription {
 /// [`SubscribeOptions::catch_up`], a 4416 `too_old`/`evicted` starts a catch-up instead, whose
 /// first round's table is opened and checked before this returns.
 pub async fn connect(url: &str, opts: SubscribeOptions) -> Result<Subscription, ClientError> {
-    let target = Target::parse(url)?;
+    let mut target = Target::parse(url)?;
+    if let Some(a) = &opts.authorization {
+        target.authorization = Some(a.clone());
+    }
     if opts.catch_up && cfg!(not(feature = "catch-up")) {
         return Err(ClientError::Usage(
             "catch-up needs corecast-net built with the `catch-up` feature".into(),
@@ -99,7 +102,7 @@ pub(super) async fn open(
         query.push(("where", Some(w)));
     }
     let addr = target.resolve()?;
-    let mut ws = WsConn::open(addr, &target.host_header(), &target.path_and_query(&query)).await?;
+    let mut ws = WsConn::open(addr, target, &target.path_and_query(&query)).await?;
     let greeting = ws.greeting().await?;
     Ok((ws, greeting))
 }

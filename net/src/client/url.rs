@@ -1,4 +1,4 @@
-//! `ws://HOST:PORT/STREAM` URLs and the request paths built from them.
+//! `ws://HOST:PORT/STREAM` and `wss://HOST:PORT/STREAM` URLs and the request paths built from them.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -13,21 +13,30 @@ pub struct Target {
     pub port: u16,
     /// The stream name, percent-decoded.
     pub stream: String,
+    /// `wss://`: TLS, the certificate checked against the roots of [`super::tls`] for `host`.
+    pub tls: bool,
+    /// The `Authorization` header sent with the upgrade: HTTP Basic from the URL's userinfo
+    /// (`ws://user:password@host/…`, percent-decoded), or what the caller set. Never shown:
+    /// [`Target::url`] and every error leave it out.
+    pub authorization: Option<String>,
 }
 
 impl Target {
-    /// Parses `url`. Only `ws://` is supported; the path is the stream name; a query string is
+    /// Parses `url`: `ws://` or `wss://` (TLS; port 443 by default); the path is the stream name; a query string is
     /// refused (say what you want with options, not in the URL).
     pub fn parse(url: &str) -> Result<Target, ClientError> {
+        let shown = redact_userinfo(url);
         let bad = |why: &str| {
-            ClientError::BadUrl(format!("{url:?}: {why} (expected ws://HOST:PORT/STREAM)"))
+            ClientError::BadUrl(format!(
+                "{shown:?}: {why} (expected ws://HOST:PORT/STREAM or wss://…)"
+            ))
         };
-        let rest = if let Some(r) = strip_prefix_ci(url, "ws://") {
-            r
-        } else if strip_prefix_ci(url, "wss://").is_some() {
-            return Err(bad("wss:// (TLS) is not supported"));
+        let (rest, tls) = if let Some(r) = strip_prefix_ci(url, "ws://") {
+            (r, false)
+        } else if let Some(r) = strip_prefix_ci(url, "wss://") {
+            (r, true)
         } else {
-            return Err(bad("the scheme must be ws://"));
+            return Err(bad("the scheme must be ws:// or wss://"));
         };
         if rest.contains('?') || rest.contains('#') {
             return Err(bad(
@@ -41,8 +50,22 @@ impl Target {
         if authority.is_empty() {
             return Err(bad("no host"));
         }
-        if authority.contains('@') {
-            return Err(bad("user info is not supported"));
+        let (authorization, authority) = match authority.rsplit_once('@') {
+            None => (None, authority),
+            Some((userinfo, host)) => {
+                let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+                let (Some(user), Some(password)) = (percent_decode(user), percent_decode(password))
+                else {
+                    return Err(bad("the user info is not valid percent-encoded UTF-8"));
+                };
+                use base64::Engine;
+                let pair = format!("{user}:{password}");
+                let b64 = base64::engine::general_purpose::STANDARD.encode(pair);
+                (Some(format!("Basic {b64}")), host)
+            }
+        };
+        if authority.is_empty() {
+            return Err(bad("no host"));
         }
         let (host, port) = if let Some(h) = authority.strip_prefix('[') {
             let end = h.find(']').ok_or_else(|| bad("unclosed IPv6 bracket"))?;
@@ -64,6 +87,7 @@ impl Target {
             return Err(bad("no host"));
         }
         let port = match port {
+            None if tls => 443,
             None => 80,
             Some(p) => p
                 .parse::<u16>()
@@ -83,6 +107,8 @@ impl Target {
             host: host.to_string(),
             port,
             stream,
+            tls,
+            authorization,
         })
     }
 
@@ -120,9 +146,39 @@ impl Target {
         p
     }
 
-    /// `ws://HOST:PORT/STREAM` back again.
+    /// The host without IPv6 brackets: the name a TLS certificate must carry.
+    pub fn bare_host(&self) -> &str {
+        self.host.trim_start_matches('[').trim_end_matches(']')
+    }
+
+    /// `ws://HOST:PORT/STREAM` (or `wss://`) back again.
     pub fn url(&self) -> String {
-        format!("ws://{}{}", self.host_header(), self.path_and_query(&[]))
+        let scheme = if self.tls { "wss" } else { "ws" };
+        format!(
+            "{scheme}://{}{}",
+            self.host_header(),
+            self.path_and_query(&[])
+        )
+    }
+}
+
+/// `url` with the password of its userinfo replaced by `***`, for messages.
+pub fn redact_userinfo(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            format!(
+                "{}{user}:***@{host}{}",
+                &url[..scheme_end + 3],
+                &rest[authority_end..]
+            )
+        }
+        None => url.to_string(),
     }
 }
 
@@ -184,9 +240,23 @@ mod tests {
             "/a%20b?offset=0&where=%7B%22a%22%3A1%7D"
         );
         assert_eq!(Target::parse("ws://h/s").unwrap().port, 80);
+        let t = Target::parse("wss://h/s").unwrap();
+        assert_eq!(
+            (t.port, t.tls, t.url().as_str()),
+            (443, true, "wss://h:443/s")
+        );
+        assert!(!Target::parse("ws://h/s").unwrap().tls);
+        // userinfo: sent as HTTP Basic, percent-decoded, never shown
+        let t = Target::parse("ws://alice:p%40ss%3Aw@h:1/s").unwrap();
+        assert_eq!(t.authorization.as_deref(), Some("Basic YWxpY2U6cEBzczp3"));
+        assert_eq!(t.url(), "ws://h:1/s");
+        let e = Target::parse("ws://alice:hunter2@h:1/a/b")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("alice:***@h:1") && !e.contains("hunter2"), "{e}");
+        assert_eq!(Target::parse("ws://h:1/s").unwrap().authorization, None);
         for bad in [
             "http://h:1/s",
-            "wss://h:1/s",
             "ws://h:1/",
             "ws://h:1",
             "ws://:1/s",

@@ -119,6 +119,11 @@ unsafe impl IoVecBuf for FrameVec {
 }
 
 impl FrameVec {
+    /// The slices still to write, in order (the TLS path encrypts them one by one).
+    pub(crate) fn slices(&self) -> impl Iterator<Item = &[u8]> {
+        self.parts.iter().map(|p| &p[..])
+    }
+
     /// Prepares the iovec array before a write; called by the write path.
     pub(crate) fn prepare(&mut self) {
         self.rebuild();

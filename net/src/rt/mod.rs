@@ -7,20 +7,28 @@
 //! `sleep` and `timeout`, and [`FrameVec`], the vectored-write buffer that lets many sockets share the same
 //! frame bytes. Swapping the runtime (compio, say) means rewriting this module only.
 //!
+//! A connection is plaintext or TLS ([`Conn::tls_accept`], [`Conn::connect_tls`]; rustls,
+//! driven in `tls.rs`): each type here is an enum over the two, so a plaintext connection keeps
+//! its direct socket calls — no extra copy, buffer or `RefCell` — and the sessions never know
+//! which one they hold.
+//!
 //! monoio's default "fusion" driver falls back to epoll silently when io_uring is unavailable
 //! (seccomp, old kernels); [`build_runtime`] detects that and returns [`Driver::Fallback`] so the
 //! caller can log it.
 #![allow(unsafe_code)]
 
 mod framevec;
+mod tls;
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
 pub use framevec::FrameVec;
+pub use tls::WRITE_CHUNK_BYTES as TLS_WRITE_CHUNK_BYTES;
 
 use monoio::buf::IoBufMut;
 use monoio::io::{
@@ -162,58 +170,152 @@ impl Listener {
         })
     }
 
+    /// The bound address (the port the kernel picked for port 0).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
     /// Waits for the next connection; sets `TCP_NODELAY` on it.
     pub async fn accept(&self) -> io::Result<(Conn, SocketAddr)> {
         let (stream, peer) = self.inner.accept().await?;
         stream.set_nodelay(true)?;
-        Ok((Conn { inner: stream }, peer))
+        Ok((
+            Conn {
+                inner: ConnKind::Plain(stream),
+            },
+            peer,
+        ))
     }
 }
 
-/// One accepted (or dialled) TCP connection.
+/// One accepted (or dialled) TCP connection, plaintext or TLS.
 pub struct Conn {
-    inner: monoio::net::TcpStream,
+    inner: ConnKind,
 }
+
+enum ConnKind {
+    Plain(monoio::net::TcpStream),
+    Tls(tls::TlsRead, tls::TlsWrite),
+}
+
+/// A TLS server configuration the listeners share (certificate, ALPN, versions).
+pub type TlsServerConfig = Arc<rustls::ServerConfig>;
 
 impl Conn {
     /// Dials `addr` (client side: the client library and the load generator).
     pub async fn connect(addr: SocketAddr) -> io::Result<Conn> {
         let stream = monoio::net::TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
-        Ok(Conn { inner: stream })
+        Ok(Conn {
+            inner: ConnKind::Plain(stream),
+        })
+    }
+
+    /// Dials `addr` and completes a TLS handshake with `server_name` (the certificate must name
+    /// it) under `config`; a certificate the roots do not vouch for fails here.
+    pub async fn connect_tls(
+        addr: SocketAddr,
+        config: Arc<rustls::ClientConfig>,
+        server_name: rustls::pki_types::ServerName<'static>,
+    ) -> io::Result<Conn> {
+        let stream = monoio::net::TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let tls = rustls::ClientConnection::new(config, server_name)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let (mut r, w) = tls::split(stream, rustls::Connection::Client(tls));
+        r.handshake().await?;
+        Ok(Conn {
+            inner: ConnKind::Tls(r, w),
+        })
+    }
+
+    /// Makes an accepted plaintext connection the server side of a TLS session under
+    /// `config`. The handshake runs within the first reads, so it is complete before a byte
+    /// of the request reaches the caller and the caller's deadline on those reads covers it.
+    pub fn tls_accept(self, config: &TlsServerConfig) -> io::Result<Conn> {
+        let ConnKind::Plain(stream) = self.inner else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the connection is TLS already",
+            ));
+        };
+        let tls = rustls::ServerConnection::new(config.clone())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let (r, w) = tls::split(stream, rustls::Connection::Server(tls));
+        Ok(Conn {
+            inner: ConnKind::Tls(r, w),
+        })
     }
 
     /// The peer's address (the client, on an accepted connection).
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.inner.peer_addr()
+        match &self.inner {
+            ConnKind::Plain(s) => s.peer_addr(),
+            ConnKind::Tls(r, _) => r.peer_addr(),
+        }
+    }
+
+    /// Whether this connection is TLS.
+    pub fn is_tls(&self) -> bool {
+        matches!(self.inner, ConnKind::Tls(..))
     }
 
     /// Splits the connection into halves that two tasks of this thread can drive at once.
     pub fn split(self) -> (ReadHalf, WriteHalf) {
-        let (r, w) = self.inner.into_split();
-        (ReadHalf { inner: r }, WriteHalf { inner: w })
+        match self.inner {
+            ConnKind::Plain(s) => {
+                let (r, w) = s.into_split();
+                (
+                    ReadHalf {
+                        inner: ReadKind::Plain(r),
+                    },
+                    WriteHalf {
+                        inner: WriteKind::Plain(w),
+                    },
+                )
+            }
+            ConnKind::Tls(r, w) => (
+                ReadHalf {
+                    inner: ReadKind::Tls(r),
+                },
+                WriteHalf {
+                    inner: WriteKind::Tls(w),
+                },
+            ),
+        }
     }
 }
 
 /// The reading half of a [`Conn`].
 pub struct ReadHalf {
-    inner: monoio::io::OwnedReadHalf<monoio::net::TcpStream>,
+    inner: ReadKind,
+}
+
+enum ReadKind {
+    Plain(monoio::io::OwnedReadHalf<monoio::net::TcpStream>),
+    Tls(tls::TlsRead),
 }
 
 impl ReadHalf {
     /// Reads what is available into `buf`'s spare room, growing it by at least `min_room` bytes
-    /// first when it is full. Returns `buf` and the count read (0 at end of stream).
+    /// first when it is full. Returns `buf` and the count read (0 at end of stream). Over TLS
+    /// the count is the plaintext of one socket read (≤ one 16 KiB record and a bit), which
+    /// may pass the spare room: `buf` grows.
     pub async fn read_into(
         &mut self,
         mut buf: Vec<u8>,
         min_room: usize,
     ) -> (io::Result<usize>, Vec<u8>) {
+        let inner = match &mut self.inner {
+            ReadKind::Plain(r) => r,
+            ReadKind::Tls(t) => return t.read_into(buf, min_room).await,
+        };
         if buf.capacity() - buf.len() < min_room {
             buf.reserve(min_room);
         }
         let len = buf.len();
         let cap = buf.capacity();
-        let (res, slice) = self.inner.read(buf.slice_mut(len..cap)).await;
+        let (res, slice) = inner.read(buf.slice_mut(len..cap)).await;
         (res, slice.into_inner())
     }
 }
@@ -229,7 +331,7 @@ pub enum Watched<T> {
 }
 
 /// Most bytes [`ReadHalf::watch_while`] asks the socket for in one read.
-const WATCH_CHUNK: usize = 4096;
+pub(crate) const WATCH_CHUNK: usize = 4096;
 
 impl ReadHalf {
     /// Runs `fut` to completion while watching this connection for the peer going away.
@@ -251,6 +353,10 @@ impl ReadHalf {
         max_held: usize,
         fut: F,
     ) -> Watched<F::Output> {
+        let inner = match &mut self.inner {
+            ReadKind::Plain(r) => r,
+            ReadKind::Tls(t) => return t.watch_while(held, max_held, fut).await,
+        };
         let mut fut = std::pin::pin!(fut);
         loop {
             let room = max_held.saturating_sub(held.len()).min(WATCH_CHUNK);
@@ -261,9 +367,7 @@ impl ReadHalf {
             buf.reserve(room);
             let len = buf.len();
             let canceller = Canceller::new();
-            let read = self
-                .inner
-                .cancelable_read(buf.slice_mut(len..len + room), canceller.handle());
+            let read = inner.cancelable_read(buf.slice_mut(len..len + room), canceller.handle());
             let mut read = std::pin::pin!(read);
             // `fut` first: when both are ready, the read's bytes are collected below anyway
             let first = std::future::poll_fn(|cx| {
@@ -295,22 +399,38 @@ impl ReadHalf {
 
 /// The writing half of a [`Conn`].
 pub struct WriteHalf {
-    inner: monoio::io::OwnedWriteHalf<monoio::net::TcpStream>,
+    inner: WriteKind,
+}
+
+enum WriteKind {
+    Plain(monoio::io::OwnedWriteHalf<monoio::net::TcpStream>),
+    Tls(tls::TlsWrite),
 }
 
 impl WriteHalf {
     /// Writes all of `buf`; returns it for reuse.
     pub async fn write_all(&mut self, buf: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
-        let (res, buf) = self.inner.write_all(buf).await;
-        (res.map(|_| ()), buf)
+        match &mut self.inner {
+            WriteKind::Plain(w) => {
+                let (res, buf) = w.write_all(buf).await;
+                (res.map(|_| ()), buf)
+            }
+            WriteKind::Tls(t) => t.write_all(buf).await,
+        }
     }
 
     /// Writes every byte `frames` covers with as few vectored writes as the socket allows
-    /// (one, unless the kernel takes a part); returns the emptied [`FrameVec`] for reuse.
+    /// (one, unless the kernel takes a part); returns the emptied [`FrameVec`] for reuse. Over
+    /// TLS the parts are encrypted into the connection's buffer and written
+    /// [`TLS_WRITE_CHUNK_BYTES`] of plaintext at a time.
     pub async fn write_frames(&mut self, mut frames: FrameVec) -> (io::Result<()>, FrameVec) {
+        let inner = match &mut self.inner {
+            WriteKind::Plain(w) => w,
+            WriteKind::Tls(t) => return t.write_frames(frames).await,
+        };
         while !frames.is_empty() {
             frames.prepare();
-            let (res, back) = self.inner.writev(frames).await;
+            let (res, back) = inner.writev(frames).await;
             frames = back;
             match res {
                 Ok(0) => return (Err(io::ErrorKind::WriteZero.into()), frames),
@@ -322,9 +442,12 @@ impl WriteHalf {
         (Ok(()), frames)
     }
 
-    /// Shuts the write side down (sends FIN).
+    /// Shuts the write side down (sends FIN; over TLS, close_notify first).
     pub async fn shutdown(&mut self) -> io::Result<()> {
-        self.inner.shutdown().await
+        match &mut self.inner {
+            WriteKind::Plain(w) => w.shutdown().await,
+            WriteKind::Tls(t) => t.shutdown().await,
+        }
     }
 }
 

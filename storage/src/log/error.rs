@@ -42,7 +42,7 @@ pub enum StorageError {
     /// The caller's schema differs from the one stored when the stream was created. The buffer
     /// never rewrites its schema: the engine decides what to do (refuse, or open a new stream).
     #[error(
-        "storage {}: schema differs from the stream's stored schema: stored {}, given {given}",
+        "storage {}: schema differs from the stream's stored schema: stored {}, given {given} (a stream's schema is fixed: give the new schema a new stream name, or start on a new data directory)",
         path.display(),
         stored.as_deref().unwrap_or("none")
     )]
