@@ -92,6 +92,9 @@ pub fn keys() -> Vec<Key> {
         example("s3", "region", "\"us-east-1\"", "absent: AWS_REGION / AWS_DEFAULT_REGION"),
         example("s3", "access_key_id", "\"…\"", "absent: AWS_ACCESS_KEY_ID (never logged)"),
         example("s3", "secret_access_key", "\"…\"", "absent: AWS_SECRET_ACCESS_KEY (never logged)"),
+        example("tls", "cert", "\"tls/cert.pem\"", "the certificate chain (PEM), leaf first, relative to this file; no [tls]: plaintext"),
+        example("tls", "key", "\"tls/key.pem\"", "its private key (PEM: PKCS#8, RSA or SEC1 EC)"),
+        example("tls", "listen", "\"0.0.0.0:8443\"", "a second listener for TLS; absent: the main listen serves TLS only"),
         key("stream", "name", toml_str(&s.name), "required: the stream's name, [A-Za-z0-9][A-Za-z0-9_.-]{0,127}"),
         example("stream", "schema", "\"trade.schema.json\"", "JSON Schema file, relative to this file; absent: schema-less"),
         key("stream", "durable", s.durable.to_string(), "keep a log (offsets, replay, history); false: live only"),
@@ -124,6 +127,7 @@ pub fn keys() -> Vec<Key> {
         example("auth.principals.alice", "grants", "{ \"data.read\" = [\"trades\"], \"stats.read\" = [\"*\"] }", "actions on streams: data.read, data.publish, stats.read, control.read/mutate/migrate"),
         example("auth.principals.alice", "max_connections", "100", "caps, all shards together (429 before the upgrade); absent: none"),
         example("auth.principals.alice", "max_subscriptions", "50", "open subscriptions (WebSocket and SSE)"),
+        example("auth.principals.alice", "max_subscription_age_s", "86400", "a session is closed (1008 expired) after this long; absent: no limit"),
         example("auth.principals.alice", "max_publishers", "4", "open publisher connections"),
     ]
 }
@@ -201,7 +205,7 @@ mod tests {
         let listed = |section: &str, field: &str| {
             keys.iter().any(|k| k.section == section && k.key == field)
         };
-        let tables = ["stream", "sse", "websocket", "s3", "ingest", "auth"];
+        let tables = ["stream", "sse", "websocket", "s3", "ingest", "auth", "tls"];
         let mut missing = Vec::new();
         for (src, raw, section) in [
             (config, "RawConfig", ""),
@@ -210,6 +214,7 @@ mod tests {
             (config, "RawWebsocket", "websocket"),
             (config, "RawS3", "s3"),
             (config, "RawIngest", "ingest"),
+            (config, "RawTls", "tls"),
             (auth, "RawAuth", "auth"),
             (auth, "RawJwt", "auth.jwt"),
             (auth, "RawPrincipal", "auth.principals.alice"),
