@@ -17,8 +17,9 @@
 //! contract, is [`mcp`].
 //!
 //! [`shard`] runs the io_uring loops, [`server`] starts and stops everything, [`config`] reads the
-//! TOML file, [`registry`] holds the streams, [`filter`] evaluates `where=`, [`tls`] holds the
-//! certificate and [`reload`] what SIGHUP reloads.
+//! TOML file ([`config_reference`] prints every key with its default), [`registry`] holds the
+//! streams, [`filter`] evaluates `where=`, [`tls`] holds the certificate, [`reload`] what SIGHUP
+//! reloads, and [`ui`] serves the live page (`GET /ui`).
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -26,6 +27,7 @@ pub mod auth;
 pub mod cli;
 pub mod commit;
 pub mod config;
+pub mod config_reference;
 pub mod cursor;
 pub mod fanout;
 pub mod filter;
@@ -40,3 +42,4 @@ pub mod session;
 pub mod shard;
 pub mod tier;
 pub mod tls;
+pub mod ui;

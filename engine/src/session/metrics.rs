@@ -88,6 +88,18 @@ pub fn count_refusal(code: u16) {
     REFUSALS[i].fetch_add(1, Ordering::Relaxed);
 }
 
+/// The refusals so far by close code (`"other"` last), as `/metrics` and `/stats` show them.
+pub fn refusals() -> impl Iterator<Item = (String, u64)> {
+    REFUSAL_CODES.iter().enumerate().map(|(i, c)| {
+        let code = if i == 9 {
+            "other".to_string()
+        } else {
+            c.to_string()
+        };
+        (code, REFUSALS[i].load(Ordering::Relaxed))
+    })
+}
+
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");

@@ -1,0 +1,266 @@
+//! `GET /ui` in a real browser: headless Debian chromium driven by playwright-core
+//! (tests/ui/check_ui.mjs) against the real binary. The page loads and lists the streams, the
+//! rate sparkline moves while rows are published, the live tail shows those rows (checked by
+//! value), a `where=` filter narrows it, pause holds it and resume continues it, and after a
+//! broker restart (same port, same data directory) the tail goes on with no gap and no
+//! duplicate. The script writes a screenshot (`target/tmp/ui.png`, or `CORECAST_UI_SCREENSHOT`).
+//!
+//! Needs node, playwright-core (in `CORECAST_UI_NODE_MODULES`, default
+//! `~/.cache/corecast-ui/node_modules`; `.ci/run` installs it) and chromium; without them the
+//! browser test is skipped with the reason printed, unless `CORECAST_REQUIRE_UI` is set (CI sets
+//! it), when it fails instead. The assets' own checks need none of that.
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const CONFIG: &str = r#"
+[sse]
+retry_ms = 200
+[[stream]]
+name = "t"
+schema = "@trade"
+[[stream]]
+name = "u"
+schema = "@trade"
+"#;
+
+fn which(names: &[&str]) -> Option<String> {
+    names.iter().find_map(|c| {
+        Command::new("which")
+            .arg(c)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    })
+}
+
+fn node_modules() -> PathBuf {
+    match std::env::var_os("CORECAST_UI_NODE_MODULES") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/corecast-ui/node_modules"),
+    }
+}
+
+/// node, the playwright-core directory and chromium; `None` (after printing why, or failing
+/// under `CORECAST_REQUIRE_UI`) when one is missing.
+fn browser_kit() -> Option<(String, PathBuf, String)> {
+    let modules = node_modules();
+    let missing = match (
+        which(&["node", "nodejs"]),
+        modules.join("playwright-core/package.json").is_file(),
+        which(&["chromium", "chromium-browser", "google-chrome"]),
+    ) {
+        (Some(node), true, Some(chrome)) => return Some((node, modules, chrome)),
+        (None, _, _) => "no node (apt-get install -y nodejs npm)".to_string(),
+        (_, false, _) => format!(
+            "no playwright-core in {} (PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install --prefix {} playwright-core; .ci/run does it)",
+            modules.display(),
+            modules.parent().map_or(String::new(), |p| p.display().to_string())
+        ),
+        (_, _, None) => "no chromium (apt-get install -y chromium)".to_string(),
+    };
+    assert!(
+        std::env::var_os("CORECAST_REQUIRE_UI").is_none(),
+        "CORECAST_REQUIRE_UI is set but the browser test cannot run: {missing}"
+    );
+    eprintln!("SKIPPED: the /ui browser test: {missing}");
+    None
+}
+
+fn trade_rows(from: i64, count: i64) -> Vec<String> {
+    (from..from + count)
+        .map(|i| trade(i, if i % 2 == 0 { "A" } else { "B" }))
+        .collect()
+}
+
+/// Restarts a stopped server at its old address (the port may be held briefly: retry).
+fn restart_at(cfg: &std::path::Path, data: &std::path::Path, addr: &str) -> Server {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match try_start_server_at(Some(cfg), data, addr) {
+            Ok(s) => return s,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "cannot restart on {addr}: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+#[test]
+fn the_page_lists_streams_tails_filters_and_survives_a_restart() {
+    let Some((node, modules, chrome)) = browser_kit() else {
+        return;
+    };
+    let setup = Setup::new();
+    let cfg = setup.config(CONFIG);
+    let mut server = Some(Server::start(Some(&cfg), &setup.data(), &[]));
+    let addr = server.as_ref().unwrap().addr;
+    let shot = std::env::var_os("CORECAST_UI_SCREENSHOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui.png"));
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/ui/check_ui.mjs");
+    let started = Instant::now();
+    let mut child = Command::new(node)
+        .arg(&script)
+        .env("CORECAST_UI_BASE", format!("http://{addr}"))
+        .env("CORECAST_UI_CHROMIUM", &chrome)
+        .env("CORECAST_UI_NODE_MODULES", &modules)
+        .env("CORECAST_UI_SCREENSHOT", &shot)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start node");
+    struct Kill(Option<std::process::Child>);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            if let Some(c) = self.0.as_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let mut to_node = child.stdin.take().expect("stdin");
+    let from_node = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut guard = Kill(Some(child));
+    // the script's steps: one JSON command per line, answered "ok" once done
+    for line in from_node.lines() {
+        let line = line.expect("read the script's stdout");
+        let cmd: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("check_ui.mjs wrote {line:?}, not a command: {e}"));
+        let n = |k: &str| cmd[k].as_i64().unwrap_or_else(|| panic!("{k} in {line}"));
+        let srv = server.as_ref().expect("a running server");
+        match cmd["do"].as_str() {
+            Some("publish") => {
+                let stream = cmd["stream"].as_str().expect("stream");
+                publish_batch(srv, stream, &trade_rows(n("from"), n("count")));
+            }
+            Some("trickle") => {
+                let stream = cmd["stream"].as_str().expect("stream");
+                let (from, per) = (n("from"), n("per"));
+                for b in 0..n("batches") {
+                    publish_batch(srv, stream, &trade_rows(from + b * per, per));
+                    std::thread::sleep(Duration::from_millis(n("gap_ms") as u64));
+                }
+            }
+            Some("restart") => {
+                assert_eq!(server.take().unwrap().stop(), Some(0));
+                server = Some(restart_at(&cfg, &setup.data(), &addr.to_string()));
+            }
+            _ => panic!("check_ui.mjs asked for {line}"),
+        }
+        writeln!(to_node, "ok").expect("answer the script");
+    }
+    let status = guard.0.take().unwrap().wait().expect("wait for node");
+    assert!(
+        status.success(),
+        "check_ui.mjs failed ({status}); see its lines above"
+    );
+    let png = std::fs::metadata(&shot).expect("the screenshot").len();
+    eprintln!(
+        "the /ui browser check passed in {:.1} s; screenshot {} ({png} bytes)",
+        started.elapsed().as_secs_f64(),
+        shot.display()
+    );
+}
+
+#[test]
+fn the_assets_are_served_from_the_binary() {
+    let setup = Setup::new();
+    let cfg = setup.config(CONFIG);
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let mut total = 0;
+    for (path, ctype) in [
+        ("/ui", "text/html; charset=utf-8"),
+        ("/ui/", "text/html; charset=utf-8"),
+        ("/ui/app.js", "text/javascript; charset=utf-8"),
+        ("/ui/app.css", "text/css; charset=utf-8"),
+    ] {
+        let r = http_get(server.addr, path);
+        assert_eq!(r.status, 200, "{path}");
+        assert_eq!(r.header("content-type"), Some(ctype), "{path}");
+        assert!(
+            r.header("content-security-policy")
+                .is_some_and(|v| v.contains("connect-src 'self'")),
+            "{path}"
+        );
+        if path != "/ui/" {
+            total += r.body.len();
+        }
+    }
+    assert!(total <= 200 * 1024, "the page weighs {total} bytes");
+    let r = http_get(server.addr, "/ui/nothing");
+    assert_eq!(r.status, 404);
+    // what the page reads from /stats, beside the keys the reference has
+    let stats = http_get(server.addr, "/stats").json();
+    use sonic_rs::JsonValueTrait;
+    for key in ["version", "cores", "cpus", "uptime_s", "refusals", "driver"] {
+        assert!(stats.get(key).is_some(), "/stats lacks {key}");
+    }
+    let t = stats.get("streams").unwrap().get(0).unwrap();
+    for key in [
+        "earliest_offset",
+        "subscribers_by_transport",
+        "subscriber_lag_rows",
+        "dropped_slow_sse",
+        "tiers",
+    ] {
+        assert!(t.get(key).is_some(), "/stats streams[0] lacks {key}");
+    }
+}
+
+fn hash_token(t: &str) -> String {
+    let out = corecast_run(&["hash-token"], Some(t.as_bytes()), Duration::from_secs(30));
+    assert_eq!(out.code, Some(0), "hash-token: {}", out.stderr);
+    out.stdout.trim().to_string()
+}
+
+#[test]
+fn with_auth_the_page_needs_what_any_reader_needs() {
+    const READER: &str = "reader-token-0123456789";
+    const NOBODY: &str = "nobody-token-0123456789";
+    let setup = Setup::new();
+    let cfg = setup.config(&format!(
+        "{CONFIG}\n[auth]\n[auth.principals.reader]\ntokens = [\"{}\"]\ngrants = {{ \"data.read\" = [\"t\"], \"stats.read\" = [\"t\"] }}\n[auth.principals.nobody]\ntokens = [\"{}\"]\n",
+        hash_token(READER),
+        hash_token(NOBODY)
+    ));
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let get = |path: &str, token: Option<&str>| {
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = auth
+            .as_deref()
+            .map(|a| vec![("authorization", a)])
+            .unwrap_or_default();
+        http_get_from(server.addr, None, path, &headers)
+    };
+    // the page itself: authenticated only
+    assert_eq!(get("/ui", None).status, 401);
+    assert_eq!(get("/ui/app.js", None).status, 401);
+    assert_eq!(get("/ui", Some(NOBODY)).status, 200);
+    // its data: the grants of any reader
+    assert_eq!(get("/stats", Some(NOBODY)).status, 403);
+    assert_eq!(get("/t/events?offset=0", Some(NOBODY)).status, 403);
+    let stats = get("/stats", Some(READER));
+    assert_eq!(stats.status, 200);
+    use sonic_rs::{JsonContainerTrait, JsonValueTrait};
+    let v = stats.json();
+    let names: Vec<&str> = v
+        .get("streams")
+        .and_then(|s| s.as_array())
+        .unwrap()
+        .iter()
+        .filter_map(|s| s.get("name").and_then(|n| n.as_str()))
+        .collect();
+    assert_eq!(names, ["t"], "only the streams stats.read allows");
+    assert_eq!(get("/v1/streams/t", Some(READER)).status, 200);
+    assert_eq!(get("/v1/streams/u", Some(READER)).status, 403);
+}
