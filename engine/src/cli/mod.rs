@@ -119,6 +119,12 @@ fn hint(e: &ClientError) -> Option<String> {
                 max.map(|m| format!(" = {m}")).unwrap_or_default()
             ))
         }
+        ClientError::Connect { msg, .. } if msg.contains("UnknownIssuer") => Some(
+            "the server's certificate is not signed by a CA this machine trusts: pass --ca FILE (the CA's PEM; docs/OPERATIONS.md, \"TLS\")".into(),
+        ),
+        ClientError::Connect { msg, .. } if msg.contains("InvalidContentType") => Some(
+            "the port did not answer TLS: it probably speaks plaintext — use ws:// for it".into(),
+        ),
         ClientError::HttpRefused { status: 401, .. } => Some(
             "give credentials: ws://USER:PASSWORD@HOST/… (percent-encoded), or CORECAST_TOKEN (a bearer token or JWT), or CORECAST_USER and CORECAST_PASSWORD".into(),
         ),

@@ -375,7 +375,7 @@ pub fn run(args: PubArgs) -> ExitCode {
         eprintln!(
             "corecast pub: published {rows_acked} row{} to {}{offsets} in {secs:.2}s ({rate} rows/s)",
             if rows_acked == 1 { "" } else { "s" },
-            args.url,
+            corecast_net::client::redact_userinfo(&args.url),
         );
     }
     ExitCode::from(super::EXIT_OK)

@@ -48,7 +48,7 @@ pub use cursor::Cursor;
 pub use error::ClientError;
 pub use publish::{publish, Pending, PublishOptions, Publisher, DEFAULT_WINDOW};
 pub use subscribe::{connect, Subscription};
-pub use url::Target;
+pub use url::{redact_userinfo, Target};
 
 /// Where a subscription starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
