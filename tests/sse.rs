@@ -688,6 +688,15 @@ fn a_reader_that_stops_reading_is_released_after_the_write_timeout() {
         m.contains("corecast_subscribers{stream=\"trades\",transport=\"sse\"} 0"),
         "{m}"
     );
+    // counted once, as an SSE reader (it was counted under websocket before)
+    assert!(
+        m.contains("corecast_dropped_slow_total{stream=\"trades\",transport=\"sse\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("corecast_dropped_slow_total{stream=\"trades\",transport=\"websocket\"} 0"),
+        "{m}"
+    );
     // what the kernel still held for it arrives, then the end of the stream
     let mut sink = vec![0u8; 1 << 16];
     loop {

@@ -144,6 +144,7 @@ pub async fn write(
     wr: &mut WriteHalf,
     fv: &mut FrameVec,
     messages: u64,
+    dropped: Option<&AtomicU64>,
 ) -> Option<()> {
     let bytes = fv.len() as u64;
     let write = wr.write_frames(std::mem::take(fv));
@@ -151,7 +152,10 @@ pub async fn write(
     // idle subscriber would carry it for as long as it waits; one allocation per write is
     // nothing next to the writev
     let Some((res, back)) = Box::pin(rt::timeout(write_timeout(), write)).await else {
-        stream.stats.dropped_slow.fetch_add(1, Ordering::Relaxed);
+        // counted once, under its transport (`None`: the caller already counted this reader)
+        if let Some(d) = dropped {
+            d.fetch_add(1, Ordering::Relaxed);
+        }
         return None;
     };
     *fv = back;

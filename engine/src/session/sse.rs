@@ -583,7 +583,8 @@ async fn run(
                             events += e;
                             from = n;
                             if from < batch.end() {
-                                write(st, wr, &mut fv, events).await?;
+                                write(st, wr, &mut fv, events, Some(&st.stats.sse_dropped_slow))
+                                    .await?;
                                 events = 0;
                             }
                         }
@@ -605,7 +606,7 @@ async fn run(
             }
         }
         if !fv.is_empty() {
-            write(st, wr, &mut fv, events).await?;
+            write(st, wr, &mut fv, events, Some(&st.stats.sse_dropped_slow)).await?;
             lag.store(next, Ordering::Relaxed);
             last_write = Instant::now();
             // shutdown: a reader still catching up gets READER_GRACE, then its goodbye
@@ -631,7 +632,7 @@ async fn run(
             let mut p = Vec::with_capacity(8);
             sse::push_comment("ping", &mut p);
             fv.push(bytes::Bytes::from(p));
-            write(st, wr, &mut fv, 0).await?;
+            write(st, wr, &mut fv, 0, Some(&st.stats.sse_dropped_slow)).await?;
             last_write = Instant::now();
             gap = ping_gap(set);
             continue;

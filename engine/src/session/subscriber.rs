@@ -218,7 +218,7 @@ async fn serve(
                     }
                 }
                 if !fv.is_empty() {
-                    write(stream, wr, &mut fv, frames).await?;
+                    write(stream, wr, &mut fv, frames, None).await?;
                 }
             }
             return Some((
@@ -274,7 +274,14 @@ async fn serve(
                             // while it read): what was sent is a contiguous prefix; say where
                             // history now starts
                             if !fv.is_empty() {
-                                write(stream, wr, &mut fv, frames).await?;
+                                write(
+                                    stream,
+                                    wr,
+                                    &mut fv,
+                                    frames,
+                                    Some(&stream.stats.dropped_slow),
+                                )
+                                .await?;
                             }
                             return Some((
                                 4416,
@@ -295,7 +302,14 @@ async fn serve(
                             frames += f;
                             from = n;
                             if from < batch.end() {
-                                write(stream, wr, &mut fv, frames).await?;
+                                write(
+                                    stream,
+                                    wr,
+                                    &mut fv,
+                                    frames,
+                                    Some(&stream.stats.dropped_slow),
+                                )
+                                .await?;
                                 frames = 0;
                             }
                         }
@@ -316,7 +330,14 @@ async fn serve(
             }
         }
         if !fv.is_empty() {
-            write(stream, wr, &mut fv, frames).await?;
+            write(
+                stream,
+                wr,
+                &mut fv,
+                frames,
+                Some(&stream.stats.dropped_slow),
+            )
+            .await?;
             lag.store(next, Ordering::Relaxed);
             continue;
         }
