@@ -102,6 +102,8 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
     // stay with a session that may last days
     let mut leftover = buf[used..].to_vec();
     drop(buf);
+    // Every handler but the subscriber's is boxed below: an idle subscriber keeps this future
+    // for its whole life, sized by the largest future awaited anywhere in it.
     // who is asking, and may they: before the upgrade, any body, or the stream's lookup
     // a CORS preflight carries no credentials: answered before the gate, from the list alone
     if let Some(resp) = crate::auth::origin::preflight(&ctx.shared.auth.origins(), &req) {
@@ -111,7 +113,9 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
     }
     // max_connections counts connections past the gate: clients that never finish a head, or
     // fail to authenticate, cannot fill it and lock out the ones that can (an operator's revoke)
-    let admitted = crate::auth::gate(&ctx.shared.auth, &req, peer)
+    // boxed: the gate's future (credential checks, the argon2 round trip) would otherwise size
+    // the whole connection's future, which an idle subscriber keeps for its life
+    let admitted = Box::pin(crate::auth::gate(&ctx.shared.auth, &req, peer))
         .await
         .and_then(|who| crate::auth::http::admit(&ctx.shared.auth, &who, &req).map(|a| (who, a)))
         .and_then(|x| match Admitted::take(&ctx.shared) {
@@ -153,14 +157,20 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
         }
         if let Some(stream) = crate::ingest::endpoint::wants(&req.path) {
             let stream = stream.to_string();
-            return crate::ingest::endpoint::serve(ctx, &req, &stream, rd, wr, leftover).await;
+            return Box::pin(crate::ingest::endpoint::serve(
+                ctx, &req, &stream, rd, wr, leftover,
+            ))
+            .await;
         }
         // before SSE, as auth::http::need decides: GET /mcp is MCP's, whatever the Accept
         if crate::mcp::wants(&req) {
-            return crate::mcp::serve(ctx, &req, peer, rd, wr, &who, guard, leftover).await;
+            return Box::pin(crate::mcp::serve(
+                ctx, &req, peer, rd, wr, &who, guard, leftover,
+            ))
+            .await;
         }
         if let Some(stream) = sse::wants(ctx, &req, &name) {
-            return sse::serve(ctx, &req, stream, peer, rd, wr, &who, guard).await;
+            return Box::pin(sse::serve(ctx, &req, stream, peer, rd, wr, &who, guard)).await;
         }
         let client = pull::Client {
             peer,
@@ -169,7 +179,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             rd: &mut rd,
             held: &mut leftover,
         };
-        let resp = match pull::handle(ctx, &req, client).await {
+        let resp = match Box::pin(pull::handle(ctx, &req, client)).await {
             Some(pull::Answer::Respond(r)) => r,
             // the client closed its connection while a long poll waited: nothing to answer
             Some(pull::Answer::ClientGone) => return,
@@ -199,7 +209,11 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
     if name == "_echo" && ctx.shared.echo {
         let (res, _) = wr.write_all(out).await;
         if res.is_ok() {
-            echo::run(WsReader::new(rd, leftover, 16 << 20, READ_ROOM), wr).await;
+            Box::pin(echo::run(
+                WsReader::new(rd, leftover, 16 << 20, READ_ROOM),
+                wr,
+            ))
+            .await;
         }
         return;
     }
@@ -259,14 +273,14 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
                 return;
             }
             let max = st.cfg.max_message_bytes.max(TRANSPORT_MAX_BYTES);
-            publisher::run(
+            Box::pin(publisher::run(
                 ctx.clone(),
                 st,
                 WsReader::new(rd, leftover, max, READ_ROOM),
                 wr,
                 eo,
                 guard,
-            )
+            ))
             .await;
         }
         Intent::Subscribe {

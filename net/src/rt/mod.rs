@@ -301,6 +301,9 @@ impl ReadHalf {
     /// first when it is full. Returns `buf` and the count read (0 at end of stream). Over TLS
     /// the count is the plaintext of one socket read (≤ one 16 KiB record and a bit), which
     /// may pass the spare room: `buf` grows.
+    // The TLS branches are boxed in every I/O method here: their futures are large (records,
+    // the shared connection's state machine), and unboxed they would size every plaintext
+    // future too — an idle plaintext subscriber's pending read grew by ~4.6 KB before this.
     pub async fn read_into(
         &mut self,
         mut buf: Vec<u8>,
@@ -308,7 +311,7 @@ impl ReadHalf {
     ) -> (io::Result<usize>, Vec<u8>) {
         let inner = match &mut self.inner {
             ReadKind::Plain(r) => r,
-            ReadKind::Tls(t) => return t.read_into(buf, min_room).await,
+            ReadKind::Tls(t) => return Box::pin(t.read_into(buf, min_room)).await,
         };
         if buf.capacity() - buf.len() < min_room {
             buf.reserve(min_room);
@@ -355,7 +358,7 @@ impl ReadHalf {
     ) -> Watched<F::Output> {
         let inner = match &mut self.inner {
             ReadKind::Plain(r) => r,
-            ReadKind::Tls(t) => return t.watch_while(held, max_held, fut).await,
+            ReadKind::Tls(t) => return Box::pin(t.watch_while(held, max_held, fut)).await,
         };
         let mut fut = std::pin::pin!(fut);
         loop {
@@ -415,7 +418,7 @@ impl WriteHalf {
                 let (res, buf) = w.write_all(buf).await;
                 (res.map(|_| ()), buf)
             }
-            WriteKind::Tls(t) => t.write_all(buf).await,
+            WriteKind::Tls(t) => Box::pin(t.write_all(buf)).await,
         }
     }
 
@@ -426,7 +429,7 @@ impl WriteHalf {
     pub async fn write_frames(&mut self, mut frames: FrameVec) -> (io::Result<()>, FrameVec) {
         let inner = match &mut self.inner {
             WriteKind::Plain(w) => w,
-            WriteKind::Tls(t) => return t.write_frames(frames).await,
+            WriteKind::Tls(t) => return Box::pin(t.write_frames(frames)).await,
         };
         while !frames.is_empty() {
             frames.prepare();
@@ -446,7 +449,7 @@ impl WriteHalf {
     pub async fn shutdown(&mut self) -> io::Result<()> {
         match &mut self.inner {
             WriteKind::Plain(w) => w.shutdown().await,
-            WriteKind::Tls(t) => t.shutdown().await,
+            WriteKind::Tls(t) => Box::pin(t.shutdown()).await,
         }
     }
 }
