@@ -157,6 +157,14 @@ fn ws_with(server: &Server, path: &str, headers: &[(&str, &str)]) -> Result<Ws, 
     }
 }
 
+/// A WebSocket to `path` that was let in: its greeting read.
+fn greeted(server: &Server, path: &str, headers: &[(&str, &str)]) -> Ws {
+    let mut ws = ws_with(server, path, headers)
+        .unwrap_or_else(|status| panic!("{path} refused with HTTP {status}"));
+    greeting(&mut ws);
+    ws
+}
+
 fn greeting(ws: &mut Ws) -> sonic_rs::Value {
     let g = recv_text(ws);
     sonic_rs::from_str(&g).unwrap()
@@ -305,8 +313,7 @@ fn every_websocket_refusal_comes_before_the_upgrade() {
     assert_eq!(status, 401, "{text}");
     // bob publishes with his token; alice sees the rows
     let bearer = format!("Bearer {BOB_TOKEN}");
-    let mut p = ws_with(&w.server, "/trades?publish", &[("authorization", &bearer)]).unwrap();
-    greeting(&mut p);
+    let mut p = greeted(&w.server, "/trades?publish", &[("authorization", &bearer)]);
     let rows: Vec<String> = (1..=3).map(|i| trade(i, "AUTH")).collect();
     let acks = publish_on(&mut p, &rows);
     assert_eq!(acks, vec![Some(1), Some(2), Some(3)]);
@@ -408,13 +415,11 @@ fn jwts_from_the_header_and_the_cookie() {
     assert_eq!(status, 401, "{text}");
     // a JWT without a grants claim gets the grants declared for its sub
     let as_alice = jwt("alice", 300, None, HS_SECRET);
-    let mut ws = ws_with(
+    let _ws = greeted(
         &w.server,
         "/trades",
         &[("authorization", &format!("Bearer {as_alice}"))],
-    )
-    .unwrap();
-    greeting(&mut ws);
+    );
     let (status, _, _) = raw_upgrade(
         addr,
         "/secret",
@@ -477,8 +482,7 @@ fn http_endpoints_refuse_and_filter_by_grant() {
     let r = http_get_from(addr, None, "/metrics", &[]);
     assert_eq!(r.status, 401);
     // a pull cursor issued to bob is refused to alice, from the same address
-    let mut p = ws_with(&w.server, "/trades?publish", &[("authorization", &bearer)]).unwrap();
-    greeting(&mut p);
+    let mut p = greeted(&w.server, "/trades?publish", &[("authorization", &bearer)]);
     publish_on(&mut p, &[trade(1, "CUR"), trade(2, "CUR")]);
     let r = http_get_from(
         addr,
@@ -524,8 +528,7 @@ fn origins_not_on_the_list_are_refused() {
     let (status, text, _) = raw_upgrade(addr, "/public", &[("Origin", "https://evil.example")]);
     assert_eq!(status, 403, "{text}");
     assert!(text.contains("forbidden_origin"), "{text}");
-    let mut ws = ws_with(&w.server, "/public", &[("origin", "https://app.example")]).unwrap();
-    greeting(&mut ws);
+    let _ws = greeted(&w.server, "/public", &[("origin", "https://app.example")]);
     let mut ws = ws_with(&w.server, "/public", &[]).expect("no Origin: not a browser");
     greeting(&mut ws);
     // CORS for the pull API and SSE follows the same list
@@ -625,8 +628,7 @@ fn failures_are_rate_limited_per_address() {
         "no password check ran"
     );
     // anonymous requests carry no credentials: not limited
-    let mut ws = ws_with(&server, "/public", &[]).unwrap();
-    greeting(&mut ws);
+    let _ws = greeted(&server, "/public", &[]);
     let m = http_get_from(addr, None, "/metrics", &[]).text();
     assert!(
         m.contains("corecast_auth_failures_total{reason=\"rate_limited\"} 1"),
@@ -640,8 +642,7 @@ fn sighup_reloads_principals_and_grants() {
     let w = world("");
     let addr = w.server.addr;
     let alice = basic("alice", ALICE_PW);
-    let mut live = ws_with(&w.server, "/trades", &[("authorization", &alice)]).unwrap();
-    greeting(&mut live);
+    let mut live = greeted(&w.server, "/trades", &[("authorization", &alice)]);
     // take alice's grant away, add dave
     let dave_hash = hash_password("dave-pw");
     let text = config_text(&w.alice, &w.bob, &format!(
@@ -665,13 +666,11 @@ fn sighup_reloads_principals_and_grants() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let mut ws = ws_with(
+    let _ws = greeted(
         &w.server,
         "/secret",
         &[("authorization", &basic("dave", "dave-pw"))],
-    )
-    .unwrap();
-    greeting(&mut ws);
+    );
     // a bad config is refused and the policy kept
     std::fs::write(
         w.setup.tmp.path().join("corecast.toml"),
@@ -680,26 +679,22 @@ fn sighup_reloads_principals_and_grants() {
     .unwrap();
     sighup(&w.server);
     std::thread::sleep(Duration::from_millis(500));
-    let mut ws = ws_with(
+    let _ws = greeted(
         &w.server,
         "/secret",
         &[("authorization", &basic("dave", "dave-pw"))],
-    )
-    .unwrap();
-    greeting(&mut ws);
+    );
     assert!(
         w.server.stderr().contains("SIGHUP: not reloaded"),
         "{}",
         w.server.stderr()
     );
     // the connection admitted before the reload keeps running
-    let mut p = ws_with(
+    let mut p = greeted(
         &w.server,
         "/trades?publish",
         &[("authorization", &format!("Bearer {BOB_TOKEN}"))],
-    )
-    .unwrap();
-    greeting(&mut p);
+    );
     publish_on(&mut p, &[trade(7, "HUP")]);
     let f = recv_text(&mut live);
     assert!(f.contains("\"trade_id\":7"), "{f}");
@@ -810,16 +805,13 @@ fn a_principal_over_its_caps_gets_429_before_the_upgrade() {
     let addr = w.server.addr;
     let erin = format!("Bearer {ERIN_TOKEN}");
     let h = [("authorization", erin.as_str())];
-    let mut s1 = ws_with(&w.server, "/trades", &h).unwrap();
-    greeting(&mut s1);
-    let mut s2 = ws_with(&w.server, "/trades", &h).unwrap();
-    greeting(&mut s2);
+    let mut s1 = greeted(&w.server, "/trades", &h);
+    let _s2 = greeted(&w.server, "/trades", &h);
     let (status, text, _) = raw_upgrade(addr, "/trades", &[("Authorization", &erin)]);
     assert_eq!(status, 429, "{text}");
     assert!(text.contains("max_subscriptions of 2"), "{text}");
     assert!(text.contains("retry-after: 5"), "{text}");
-    let mut p1 = ws_with(&w.server, "/trades?publish", &h).unwrap();
-    greeting(&mut p1);
+    let _p1 = greeted(&w.server, "/trades?publish", &h);
     // three connections open: a fourth of any kind is over max_connections
     let r = http_get_from(addr, None, "/v1/streams/trades", &h);
     assert_eq!(r.status, 429, "{}", r.text());
@@ -840,29 +832,15 @@ fn a_principal_over_its_caps_gets_429_before_the_upgrade() {
         }
     }
     // caps are per principal: alice is not affected
-    let mut a = ws_with(
+    let _a = greeted(
         &w.server,
         "/trades",
         &[("authorization", &basic("alice", ALICE_PW))],
-    )
-    .unwrap();
-    greeting(&mut a);
+    );
 }
 
 fn revoke_cli(addr: SocketAddr, who: &str, env: &[(&str, &str)]) -> (Option<i32>, String, String) {
-    let out = std::process::Command::new(corecast_bin())
-        .args(["revoke", &format!("http://{addr}"), who])
-        .env_remove("CORECAST_TOKEN")
-        .env_remove("CORECAST_USER")
-        .env_remove("CORECAST_PASSWORD")
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    cli_env(&["revoke", &format!("http://{addr}"), who], b"", env)
 }
 
 #[test]
@@ -871,19 +849,15 @@ fn revoking_a_principal_closes_its_sockets_and_refuses_it_until_reload() {
     let addr = w.server.addr;
     let erin = format!("Bearer {ERIN_TOKEN}");
     let h = [("authorization", erin.as_str())];
-    let mut sub = ws_with(&w.server, "/trades", &h).unwrap();
-    greeting(&mut sub);
-    let mut publ = ws_with(&w.server, "/trades?publish", &h).unwrap();
-    greeting(&mut publ);
+    let mut sub = greeted(&w.server, "/trades", &h);
+    let mut publ = greeted(&w.server, "/trades?publish", &h);
     let mut sse = SseStream::open(addr, None, "/trades/events", &h);
     assert_eq!(sse.status, 200);
-    let mut alice = ws_with(
+    let mut alice = greeted(
         &w.server,
         "/trades",
         &[("authorization", &basic("alice", ALICE_PW))],
-    )
-    .unwrap();
-    greeting(&mut alice);
+    );
     // alice may not revoke (no control.mutate), nor may anyone without credentials
     let (code, _, err) = revoke_cli(
         addr,
@@ -925,13 +899,11 @@ fn revoking_a_principal_closes_its_sockets_and_refuses_it_until_reload() {
     let (status, text, _) = raw_upgrade(addr, "/trades", &[("Authorization", &erin)]);
     assert_eq!(status, 403, "{text}");
     assert!(text.contains("was revoked"), "{text}");
-    let mut p = ws_with(
+    let mut p = greeted(
         &w.server,
         "/trades?publish",
         &[("authorization", &format!("Bearer {BOB_TOKEN}"))],
-    )
-    .unwrap();
-    greeting(&mut p);
+    );
     publish_on(&mut p, &[trade(42, "REV")]);
     assert!(recv_text(&mut alice).contains("\"trade_id\":42"));
     // SIGHUP reloads the config: erin is back
@@ -962,8 +934,7 @@ fn sessions_end_at_the_age_limit_and_at_the_jwt_expiry() {
     let addr = w.server.addr;
     let frank = [("authorization", "Bearer frank-token")];
     let t = Instant::now();
-    let mut ws = ws_with(&w.server, "/trades", &frank).unwrap();
-    greeting(&mut ws);
+    let mut ws = greeted(&w.server, "/trades", &frank);
     let mut sse = SseStream::open(addr, None, "/trades/events", &frank);
     assert_eq!(sse.status, 200);
     assert_eq!(
@@ -980,13 +951,11 @@ fn sessions_end_at_the_age_limit_and_at_the_jwt_expiry() {
     // a JWT's exp ends its sessions too (the client reconnects with a fresh token)
     let token = jwt("carol", 3, Some(r#"{"data.read":["trades"]}"#), HS_SECRET);
     let t = Instant::now();
-    let mut ws = ws_with(
+    let mut ws = greeted(
         &w.server,
         "/trades",
         &[("authorization", &format!("Bearer {token}"))],
-    )
-    .unwrap();
-    greeting(&mut ws);
+    );
     assert_eq!(
         recv_close(&mut ws),
         (1008, r#"{"error":"expired"}"#.to_string())
@@ -997,13 +966,11 @@ fn sessions_end_at_the_age_limit_and_at_the_jwt_expiry() {
         "{waited:?}"
     );
     // alice has no age limit: still reading
-    let mut a = ws_with(
+    let _a = greeted(
         &w.server,
         "/trades",
         &[("authorization", &basic("alice", ALICE_PW))],
-    )
-    .unwrap();
-    greeting(&mut a);
+    );
 }
 
 /// Regressions found by trying to break the layer.
@@ -1089,13 +1056,11 @@ fn what_a_hostile_client_tried_is_refused() {
     // a JWT principal whose sub holds '/' can be revoked
     let sub = "https://idp.example/users/42";
     let token = jwt(sub, 300, Some(r#"{"data.read":["trades"]}"#), HS_SECRET);
-    let mut s = ws_with(
+    let mut s = greeted(
         &w.server,
         "/trades",
         &[("authorization", &format!("Bearer {token}"))],
-    )
-    .unwrap();
-    greeting(&mut s);
+    );
     let (code, out, err) = revoke_cli(
         addr,
         sub,
@@ -1194,10 +1159,8 @@ fn max_connections_counts_admitted_connections_only() {
     let idle: Vec<_> = (0..5)
         .map(|_| std::net::TcpStream::connect(addr).unwrap())
         .collect();
-    let mut a = ws_with(&server, "/public", &[]).unwrap();
-    greeting(&mut a);
-    let mut b = ws_with(&server, "/public", &[]).unwrap();
-    greeting(&mut b);
+    let _a = greeted(&server, "/public", &[]);
+    let _b = greeted(&server, "/public", &[]);
     let (status, text, _) = raw_upgrade(addr, "/public", &[]);
     assert_eq!(status, 429, "{text}");
     assert!(
@@ -1318,10 +1281,8 @@ fn an_age_limit_per_grant_ends_only_the_sessions_of_that_grant() {
     );
     let w = world(&extra);
     let gina = [("authorization", "Bearer gina-token")];
-    let mut sub = ws_with(&w.server, "/trades", &gina).unwrap();
-    greeting(&mut sub);
-    let mut publ = ws_with(&w.server, "/trades?publish", &gina).unwrap();
-    greeting(&mut publ);
+    let mut sub = greeted(&w.server, "/trades", &gina);
+    let mut publ = greeted(&w.server, "/trades?publish", &gina);
     assert_eq!(
         recv_close(&mut sub),
         (1008, r#"{"error":"expired"}"#.to_string())
