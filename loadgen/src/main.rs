@@ -250,6 +250,46 @@ struct SubSlot {
     closed: bool,
 }
 
+/// Registers a subscriber that got its greeting (corecast) or its subscription (NATS): its
+/// state from `start` with replay up to `replay_end`, its write half for the final close, its
+/// greeting time, and its slot on the lag board.
+#[allow(clippy::too_many_arguments)]
+fn attach_sub(
+    shared: &Shared,
+    slots: &RefCell<Vec<SubSlot>>,
+    out: &RefCell<ThreadOut>,
+    wr: WriteHalf,
+    (start, replay_end): (u64, u64),
+    greeting_us: u64,
+    (filtered, sample): (bool, u64),
+) -> (Rc<SubState>, SubConfig) {
+    let st = Rc::new(SubState {
+        next: start.into(),
+        replay_end: replay_end.into(),
+        replay_done_at: None.into(),
+        finished: false.into(),
+        pong: RefCell::new(Vec::new()),
+    });
+    slots.borrow_mut().push(SubSlot {
+        st: st.clone(),
+        wr: Some(wr),
+        closed: false,
+    });
+    if let Some(h) = out.borrow_mut().greeting.as_mut() {
+        h.saturating_record(greeting_us);
+    }
+    shared.opened.fetch_add(1, AcqRel);
+    let slot = shared.take_sub_slot(start);
+    (
+        st,
+        SubConfig {
+            filtered,
+            sample,
+            slot,
+        },
+    )
+}
+
 async fn thread_body(
     plan: ThreadPlan,
     args: Arc<Args>,
@@ -409,30 +449,15 @@ async fn thread_body(
                         // the subscription is registered (its PONG came back): it must see
                         // every row from seq 1 on
                         let greeting_us = connect_at.elapsed().as_micros() as u64;
-                        let st = Rc::new(SubState {
-                            next: 1.into(),
-                            replay_end: 1.into(),
-                            replay_done_at: None.into(),
-                            finished: false.into(),
-                            pong: RefCell::new(Vec::new()),
-                        });
-                        slots.borrow_mut().push(SubSlot {
-                            st: st.clone(),
-                            wr: Some(o.wr),
-                            closed: false,
-                        });
-                        out.borrow_mut()
-                            .greeting
-                            .as_mut()
-                            .unwrap()
-                            .saturating_record(greeting_us);
-                        shared.opened.fetch_add(1, AcqRel);
-                        let slot = shared.take_sub_slot(1);
-                        let cfg = SubConfig {
-                            filtered,
-                            sample,
-                            slot,
-                        };
+                        let (st, cfg) = attach_sub(
+                            &shared,
+                            &slots,
+                            &out,
+                            o.wr,
+                            (1, 1),
+                            greeting_us,
+                            (filtered, sample),
+                        );
                         let r = nats::run_sub(
                             cfg,
                             shared.clone(),
@@ -490,30 +515,15 @@ async fn thread_body(
                         }
                         _ => (end_offset, end_offset),
                     };
-                    let st = Rc::new(SubState {
-                        next: start.into(),
-                        replay_end: replay_end.into(),
-                        replay_done_at: None.into(),
-                        finished: false.into(),
-                        pong: RefCell::new(Vec::new()),
-                    });
-                    slots.borrow_mut().push(SubSlot {
-                        st: st.clone(),
-                        wr: Some(o.wr),
-                        closed: false,
-                    });
-                    out.borrow_mut()
-                        .greeting
-                        .as_mut()
-                        .unwrap()
-                        .saturating_record(greeting_us);
-                    shared.opened.fetch_add(1, AcqRel);
-                    let slot = shared.take_sub_slot(start);
-                    let cfg = SubConfig {
-                        filtered,
-                        sample,
-                        slot,
-                    };
+                    let (st, cfg) = attach_sub(
+                        &shared,
+                        &slots,
+                        &out,
+                        o.wr,
+                        (start, replay_end),
+                        greeting_us,
+                        (filtered, sample),
+                    );
                     let r =
                         subscriber::run(cfg, shared.clone(), st.clone(), o.rd, o.buf, lat).await;
                     shared.subs_done.fetch_add(1, AcqRel);
