@@ -3,40 +3,14 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use sonic_rs::{JsonContainerTrait, JsonValueTrait};
 use support::{Server, Setup};
 
-fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The `loadgen` binary beside this build's `corecast` (so `CARGO_TARGET_DIR` is honoured),
-/// built first when missing.
-fn loadgen_bin() -> PathBuf {
-    let root = workspace_root();
-    let bin = support::corecast_bin()
-        .parent()
-        .expect("the binary's folder")
-        .join("loadgen");
-    if !bin.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let st = Command::new(cargo)
-            .args(["build", "-p", "corecast-loadgen"])
-            .current_dir(&root)
-            .status()
-            .expect("run cargo build -p corecast-loadgen");
-        assert!(st.success(), "cargo build -p corecast-loadgen failed");
-    }
-    assert!(bin.exists(), "no loadgen binary at {}", bin.display());
-    bin
-}
-
 #[test]
 fn hundred_subscribers_ten_seconds_no_loss() {
-    let bin = loadgen_bin();
+    let bin = support::loadgen_bin();
     let setup = Setup::new();
     let server = Server::start(None, &setup.data(), &[]);
     let out = Command::new(&bin)

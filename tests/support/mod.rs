@@ -18,6 +18,31 @@ pub fn corecast_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_corecast"))
 }
 
+/// The `loadgen` binary beside this build's `corecast` (so `CARGO_TARGET_DIR` is honoured).
+/// `cargo build -p corecast-loadgen` runs once per test process first: `cargo test` builds only
+/// the binaries of the package under test, and a binary left from an older tree would test old
+/// code.
+pub fn loadgen_bin() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let st = Command::new(cargo)
+                .args(["build", "-p", "corecast-loadgen"])
+                .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+                .status()
+                .expect("run cargo build -p corecast-loadgen");
+            assert!(st.success(), "cargo build -p corecast-loadgen failed");
+            let bin = corecast_bin()
+                .parent()
+                .expect("the binary's folder")
+                .join("loadgen");
+            assert!(bin.exists(), "no loadgen binary at {}", bin.display());
+            bin
+        })
+        .clone()
+}
+
 /// A running server. Killed (SIGKILL) on drop unless stopped first.
 pub struct Server {
     pub child: Child,
