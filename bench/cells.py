@@ -92,6 +92,19 @@ def loadgen(broker, args, env=None, cpus=None, what="", stream="trades"):
     return doc
 
 
+def cpu_ns(pid):
+    """CPU time of every thread of `pid` so far, in nanoseconds (/proc/PID/task/*/schedstat: the
+    scheduler's own count, finer than the clock ticks of /proc/PID/stat)."""
+    total = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended between the listing and the read
+    return total
+
+
 def fanout_row(doc):
     """The figures of a fan-out run: latency, frames delivered, server CPU per frame."""
     frames = doc["deliver"]["frames"]

@@ -12,19 +12,27 @@ at --rate rows/s, --subscribers subscribers, --seconds of publishing. Reported p
 (medians): server CPU per delivered frame and p50/p99 publish→deliver; the figure is the CPU per
 frame ratio pages/none (issue 16: within 2 %).
 
+Rounds that far apart differ by more than 2 % on a shared machine, so the script also measures
+the pages' cost on its own: after the fan-out rounds, --idle-rounds rounds of a fresh broker with
+no load and the 10 pages open (`pages`) or blank (`none`) for --idle-seconds, the broker's CPU
+read from the scheduler (ns). The difference is what the pages cost the broker per second; the
+page's work does not depend on the fan-out's, so divided by the fan-out's server CPU per second it
+is the share the pages add to the CPU per delivered frame (`pages_added_cpu_share`).
+
     bench/ui_ab.sh [--no-build] [--rounds 5] [--subscribers 100] [--rate 10000] [--seconds 5]
 """
 import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 import threading
 import time
 import urllib.request
 
-from cells import ROOT, Broker, fanout_row, loadgen, log, machine_note, medians
+from cells import ROOT, Broker, cpu_ns, fanout_row, loadgen, log, machine_note, medians
 
 def cell(broker, a):
     return loadgen(broker, ["--threads", "1", "--publishers", "1", "--window", "64", "--rate", a.rate,
@@ -85,6 +93,8 @@ def main():
     ap.add_argument("--subscribers", type=int, default=100)
     ap.add_argument("--rate", type=int, default=10_000)
     ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--idle-rounds", type=int, default=3)
+    ap.add_argument("--idle-seconds", type=float, default=20)
     ap.add_argument("--scratch", default=os.environ.get("CORECAST_BENCH_DIR", "/tmp"))
     a = ap.parse_args()
     scratch = tempfile.mkdtemp(prefix="ui-ab-", dir=a.scratch)
@@ -117,6 +127,26 @@ def main():
                     f"{row['cpu_ns_per_frame']:.0f} ns CPU/frame")
         med = medians(res)
         out.update(rounds=res, median=med)
+        idle = {"none": [], "pages": []}
+        for r in range(a.idle_rounds):
+            for mode in (("none", "pages") if r % 2 == 0 else ("pages", "none")):
+                with Broker(scratch, f"idle-{mode}") as broker:
+                    pages.do(f"open http://{broker.addr}/ui" if mode == "pages" else "blank")
+                    time.sleep(3)
+                    c0, t0 = cpu_ns(broker.pid), time.monotonic()
+                    time.sleep(a.idle_seconds)
+                    c1, t1 = cpu_ns(broker.pid), time.monotonic()
+                    pages.do("blank")
+                idle[mode].append((c1 - c0) / (t1 - t0))
+                log(f"idle round {r + 1} {mode}: broker {idle[mode][-1] / 1e3:.0f} µs CPU/s")
+        added = statistics.median(idle["pages"]) - statistics.median(idle["none"])
+        fanout_cpu_per_s = statistics.median(x["server_cpu_s"] / a.seconds for x in res["none"])
+        out.update(idle_cpu_ns_per_s=idle, pages_added_cpu_ns_per_s=added,
+                   fanout_cpu_s_per_s=fanout_cpu_per_s,
+                   pages_added_cpu_share=added / 1e9 / fanout_cpu_per_s)
+        log(f"{a.pages} pages add {added / 1e3:.0f} µs of broker CPU per second; the fan-out "
+            f"takes {fanout_cpu_per_s * 1e3:.0f} ms/s: +{out['pages_added_cpu_share'] * 100:.3f}% "
+            f"CPU per delivered frame")
         for m in ("polled", "pages"):
             out[f"{m}_cpu_per_frame_ratio"] = med[m]["cpu_ns_per_frame"] / med["none"]["cpu_ns_per_frame"]
             out[f"{m}_p99_ratio"] = med[m]["p99_us"] / med["none"]["p99_us"]
