@@ -35,9 +35,14 @@ pub const KEEPER_QUEUE: usize = 8;
 /// Work for the keeper.
 #[derive(Debug)]
 pub(crate) enum KeeperMsg {
-    /// Preallocate a spare segment of `len` bytes, its zeros spread over `within` (about half
-    /// the time the current segment is expected to take to fill; none: as fast as possible).
-    MakeSpare { len: u64, within: Option<Duration> },
+    /// Preallocate a spare segment of `len` bytes, with its zeros written (`zeros`) spread over
+    /// `within` (about half the time the current segment is expected to take to fill; none: as
+    /// fast as possible), or only `fallocate`d.
+    MakeSpare {
+        len: u64,
+        zeros: bool,
+        within: Option<Duration>,
+    },
     /// The writer started a segment; its first record ends at this offset.
     Rolled(u64),
 }
@@ -99,8 +104,8 @@ impl Keeper {
                 };
                 while let Ok(msg) = rx.recv() {
                     match msg {
-                        KeeperMsg::MakeSpare { len, within } => {
-                            let made = make_spare(&log_dir, len, true, within, &hurried);
+                        KeeperMsg::MakeSpare { len, zeros, within } => {
+                            let made = make_spare(&log_dir, len, zeros, within, &hurried);
                             hurried.store(false, Ordering::Release);
                             if let Err(e) = &made {
                                 report(format!("preallocating a spare segment: {e}"));
@@ -182,6 +187,7 @@ mod tests {
         let within = Duration::from_secs(3600);
         keeper.send(KeeperMsg::MakeSpare {
             len: 4 << 20,
+            zeros: true,
             within: Some(within),
         });
         // let it start pacing, then ask for the spare as a roll does
