@@ -803,3 +803,72 @@ fn the_official_python_client_runs_a_session() {
         "{v}"
     );
 }
+
+/// The raw JSON text at `path` of `body` (what a client that keeps numbers exact reads).
+fn raw_at(body: &[u8], path: &[&str]) -> String {
+    use sonic_rs::PointerNode;
+    let nodes: Vec<PointerNode> = path
+        .iter()
+        .map(|p| match p.parse::<usize>() {
+            Ok(i) => PointerNode::Index(i),
+            Err(_) => PointerNode::Key(p.to_string().into()),
+        })
+        .collect();
+    sonic_rs::get_from_slice(body, &nodes)
+        .unwrap_or_else(|e| panic!("{path:?} in {}: {e}", String::from_utf8_lossy(body)))
+        .as_raw_str()
+        .to_string()
+}
+
+#[test]
+fn numbers_and_ids_come_back_exactly_as_they_are() {
+    let setup = Setup::new();
+    let server = start(&setup);
+    // a float that needs 17 significant digits, an int64 past 2^53
+    let row = r#"{"event_ts":1703548799446724905,"price":0.0063289999999999996,"amount":0.30000000000000004,"side":1,"symbol":"A","trade_id":1}"#;
+    publish_batch(&server, "t", &[row.to_string()]);
+    let pulled = http_get(server.addr, "/v1/streams/t/rows?from=1&limit=1");
+    assert_eq!(pulled.status, 200, "{}", pulled.text());
+    for n in ["1703548799446724905", "0.0063289999999999996", "0.30000000000000004"] {
+        assert!(pulled.text().contains(n), "/rows lacks {n}: {}", pulled.text());
+    }
+    let mut c = Mcp::new(server.addr, None);
+    c.initialize();
+    let r = c.post(
+        r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"stream_collect","arguments":{"stream":"t","from":1,"limit":1}}}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let text: String = serde_json::from_str(&raw_at(&r.body, &["result", "content", "0", "text"]))
+        .expect("the text content is a JSON string");
+    let structured = raw_at(&r.body, &["result", "structuredContent"]);
+    // the two copies are the same bytes, and the numbers are the source's
+    assert_eq!(structured, text, "structuredContent differs from the text content");
+    for n in ["1703548799446724905", "0.0063289999999999996", "0.30000000000000004"] {
+        assert!(structured.contains(n), "structuredContent lacks {n}: {structured}");
+    }
+    let rows_at = |body: &str| raw_at(body.as_bytes(), &["rows"]);
+    assert_eq!(rows_at(&structured), rows_at(&pulled.text()), "the rows /rows answers");
+    // a tool error carries its body twice too
+    let r = c.post(
+        r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"stream_peek","arguments":{"stream":"nope"}}}"#,
+    );
+    let text: String =
+        serde_json::from_str(&raw_at(&r.body, &["result", "content", "0", "text"])).unwrap();
+    assert_eq!(raw_at(&r.body, &["result", "structuredContent"]), text);
+
+    // ids: echoed as sent, a number past f64's exact integers included
+    let r = c.post(r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping"}"#);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.text(),
+        r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"result":{}}"#
+    );
+    let r = c.post(
+        r#"[{"jsonrpc":"2.0","id":-1.50,"method":"ping"},{"jsonrpc":"2.0","id":"caf\u00e9","method":"nope"},{"jsonrpc":"2.0","id":18446744073709551616}]"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(raw_at(&r.body, &["0", "id"]), "-1.50");
+    assert_eq!(raw_at(&r.body, &["1", "id"]), r#""caf\u00e9""#);
+    assert_eq!(raw_at(&r.body, &["2", "id"]), "18446744073709551616");
+    assert_eq!(json_of(&r)[2]["error"]["code"], -32600, "{}", r.text());
+}

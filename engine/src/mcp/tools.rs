@@ -164,22 +164,31 @@ impl CallError {
 /// What a tool call came to.
 #[derive(Debug)]
 pub enum Called {
-    /// The `tools/call` result (`isError` false or true).
-    Result(Value),
+    /// The `tools/call` result (`isError` false or true), as JSON text.
+    Result(String),
     /// The client closed its connection while the poll waited: answer nothing.
     ClientGone,
 }
 
-fn ok(body: &[u8]) -> Value {
-    let text = String::from_utf8_lossy(body).into_owned();
-    let structured: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    json!({"content": [{"type": "text", "text": text}], "structuredContent": structured, "isError": false})
+/// A tool result carrying `body` (the pull API's JSON) twice: as the text content and as
+/// `structuredContent`, the same bytes embedded as they are — never parsed and printed again,
+/// which would change a number (a float of 17 significant digits, an integer past 2^53).
+fn carrying(body: &[u8], is_error: bool) -> String {
+    let text = String::from_utf8_lossy(body);
+    let is_json = serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
+    let structured = if is_json { text.as_ref() } else { "null" };
+    format!(
+        r#"{{"content":[{{"type":"text","text":{}}}],"structuredContent":{structured},"isError":{is_error}}}"#,
+        Value::String(text.to_string())
+    )
 }
 
-fn tool_error(r: &Refused) -> Value {
-    let body = r.body();
-    let structured: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    json!({"content": [{"type": "text", "text": String::from_utf8_lossy(&body)}], "structuredContent": structured, "isError": true})
+fn ok(body: &[u8]) -> String {
+    carrying(body, false)
+}
+
+fn tool_error(r: &Refused) -> String {
+    carrying(&r.body(), true)
 }
 
 /// The stream `name`, when `who` may read it: the grant first, so that a refused caller
