@@ -349,8 +349,12 @@ fn a_client_session_initializes_lists_and_calls_every_tool() {
     );
 
     // the pull API's refusals, as tool errors
-    let (code, _) = tool_error(&c.tool("stream_collect", json!({"stream": "live"})));
+    let (code, msg) = tool_error(&c.tool("stream_collect", json!({"stream": "live"})));
     assert_eq!(code, "not_durable");
+    assert!(
+        msg.contains("stream_peek") && !msg.contains("/latest"),
+        "an MCP user is pointed to a tool: {msg}"
+    );
     let (code, msg) = tool_error(&c.tool("stream_peek", json!({"stream": "nope"})));
     assert_eq!(
         (code.as_str(), msg.as_str()),
@@ -871,4 +875,70 @@ fn numbers_and_ids_come_back_exactly_as_they_are() {
     assert_eq!(raw_at(&r.body, &["1", "id"]), r#""caf\u00e9""#);
     assert_eq!(raw_at(&r.body, &["2", "id"]), "18446744073709551616");
     assert_eq!(json_of(&r)[2]["error"]["code"], -32600, "{}", r.text());
+}
+
+#[test]
+fn the_wait_budget_counts_declared_waits_and_initialize_is_checked() {
+    let setup = Setup::new();
+    let server = start(&setup);
+    publish_batch(&server, "t", &rows(1, 2, "A"));
+    let mut c = Mcp::new(server.addr, None);
+    c.initialize();
+    // two polls of 30 s: exactly the 60 s of a batch (these answer at once: rows are there);
+    // a third of any wait is over, with whole seconds left
+    let sub = |id: u32, wait: f64| {
+        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"stream_subscribe",
+            "arguments":{"stream":"t","from":"earliest","wait_s":wait}}})
+    };
+    let started = Instant::now();
+    let r = c.post(&json!([sub(1, 30.0), sub(2, 30.0), sub(3, 0.5)]).to_string());
+    assert!(started.elapsed() < Duration::from_secs(10), "no poll waited");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = json_of(&r);
+    assert_eq!(v[0]["result"]["isError"], false, "{v}");
+    assert_eq!(v[1]["result"]["isError"], false, "30 + 30 s fit in a batch: {v}");
+    let e = &v[2]["error"];
+    assert_eq!(e["data"]["code"], "resource_limit_exceeded", "{v}");
+    assert_eq!(e["data"]["maximum"], 0.0, "{v}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("wait_s: 0.5 s is over the 0 s left of this batch"),
+        "{v}"
+    );
+    // initialize: protocolVersion must be a string; initialize is a request, never a notification
+    let r = request(
+        server.addr,
+        "POST",
+        "/mcp",
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":20250618}}"#,
+        &[("content-type", "application/json")],
+    );
+    let v = json_of(&r);
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("params.protocolVersion must be a string such as \"2025-06-18\", not a number"),
+        "{v}"
+    );
+    let r = request(
+        server.addr,
+        "POST",
+        "/mcp",
+        r#"{"jsonrpc":"2.0","method":"initialize","params":{"protocolVersion":"2025-06-18"}}"#,
+        &[("content-type", "application/json")],
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let v = json_of(&r);
+    assert_eq!(v["error"]["code"], -32600, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("initialize must be a request with an id"),
+        "{v}"
+    );
 }

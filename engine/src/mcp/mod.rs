@@ -300,6 +300,16 @@ async fn answer(
         };
         return Some(initialize_reply(&id, &params, who));
     }
+    let initialize_note = messages
+        .iter()
+        .any(|m| matches!(m, Message::Notification { method } if method == "initialize"));
+    if initialize_note {
+        return Some(rpc_refusal(
+            400,
+            jsonrpc::INVALID_REQUEST,
+            "initialize must be a request with an id (it was sent as a notification, without one): the reply carries the Mcp-Session-Id",
+        ));
+    }
     let only_notes = messages
         .iter()
         .all(|m| matches!(m, Message::Notification { .. } | Message::Reply));
