@@ -942,3 +942,31 @@ fn the_wait_budget_counts_declared_waits_and_initialize_is_checked() {
         "{v}"
     );
 }
+
+#[test]
+fn one_principal_cannot_evict_anothers_sessions() {
+    let setup = Setup::new();
+    let cfg = format!(
+        "{CONFIG}\n[auth]\n[auth.principals.carol]\ntokens = [\"{}\"]\ngrants = {{ \"data.read\" = [\"t\"] }}\n[auth.principals.mallory]\ntokens = [\"{}\"]\n",
+        hash_token("carol-token-1"),
+        hash_token("mallory-token-2")
+    );
+    let cfg = setup.config(&cfg);
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let mut carol = Mcp::new(server.addr, Some("Bearer carol-token-1"));
+    carol.initialize();
+    let mut mallory = Mcp::new(server.addr, Some("Bearer mallory-token-2"));
+    mallory.initialize();
+    let first = mallory.sid.clone().unwrap();
+    // mallory (no grants at all) opens more sessions than its cap of 256
+    for _ in 0..256 {
+        mallory.initialize();
+    }
+    let last = mallory.sid.clone().unwrap();
+    assert_eq!(carol.rpc("ping", json!({}))["result"], json!({}), "carol's session lives");
+    mallory.sid = Some(first);
+    let r = mallory.post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+    assert_eq!(r.status, 404, "mallory's oldest session went: {}", r.text());
+    mallory.sid = Some(last);
+    assert_eq!(mallory.rpc("ping", json!({}))["result"], json!({}));
+}
