@@ -205,6 +205,9 @@ fn the_assets_are_served_from_the_binary() {
     for key in ["version", "cores", "cpus", "uptime_s", "refusals", "driver"] {
         assert!(stats.get(key).is_some(), "/stats lacks {key}");
     }
+    // the CPUs the process may run on, not the one core a shard thread is pinned to
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    assert_eq!(json_u64(&stats, "cpus"), cpus, "cpus of /stats");
     let t = stats.get("streams").unwrap().get(0).unwrap();
     for key in [
         "earliest_offset",
