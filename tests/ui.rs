@@ -199,6 +199,26 @@ fn the_assets_are_served_from_the_binary() {
     assert!(total <= 200 * 1024, "the page weighs {total} bytes");
     let r = http_get(server.addr, "/ui/nothing");
     assert_eq!(r.status, 404);
+    // any other method on the page: 405 naming what is taken, not "no such path"
+    for method in ["POST", "PUT", "DELETE", "OPTIONS", "PATCH"] {
+        for path in ["/ui", "/ui/app.js"] {
+            let mut s = std::net::TcpStream::connect(server.addr).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(30))).ok();
+            write!(
+                s,
+                "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+            )
+            .expect("send");
+            let mut answer = String::new();
+            std::io::Read::read_to_string(&mut s, &mut answer).ok();
+            assert!(answer.starts_with("HTTP/1.1 405"), "{method} {path}: {answer}");
+            assert!(
+                answer.to_ascii_lowercase().contains("\r\nallow: get, head\r\n"),
+                "{method} {path}: {answer}"
+            );
+            assert!(answer.contains("method_not_allowed"), "{method} {path}: {answer}");
+        }
+    }
     // what the page reads from /stats, beside the keys the reference has
     let stats = http_get(server.addr, "/stats").json();
     use sonic_rs::JsonValueTrait;

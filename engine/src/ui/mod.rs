@@ -73,6 +73,21 @@ pub fn serve(name: &str) -> Vec<u8> {
     }
 }
 
+/// The answer to any other method on one of the page's paths: 405 with `Allow: GET, HEAD`
+/// (the page is read, never written).
+pub fn not_allowed(method: &str, name: &str) -> Vec<u8> {
+    let method: String = method.chars().take(16).collect();
+    ResponseHead::new(405)
+        .header("content-type", "application/json")
+        .header("cache-control", "no-store")
+        .header("allow", "GET, HEAD")
+        .finish(&corecast_net::http::response::json_error_body(
+            "method_not_allowed",
+            &format!("{method} is not taken at /{name}: the page is read with GET (or HEAD)"),
+            false,
+        ))
+}
+
 /// Every asset's size, bytes, for the docs and the tests.
 pub fn assets_bytes() -> usize {
     INDEX_HTML.len() + APP_JS.len() + APP_CSS.len()
@@ -96,6 +111,10 @@ mod tests {
         assert!(String::from_utf8(serve("ui/nope"))
             .unwrap()
             .starts_with("HTTP/1.1 404"));
+        let r = String::from_utf8(not_allowed("POST", "ui")).unwrap();
+        assert!(r.starts_with("HTTP/1.1 405"), "{r}");
+        assert!(r.contains("allow: GET, HEAD\r\n"), "{r}");
+        assert!(r.contains("POST is not taken at /ui"), "{r}");
     }
 
     #[test]
