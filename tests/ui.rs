@@ -21,13 +21,50 @@ use support::*;
 const CONFIG: &str = r#"
 [sse]
 retry_ms = 200
+max_per_client = 6
 [[stream]]
 name = "t"
 schema = "@trade"
 [[stream]]
 name = "u"
 schema = "@trade"
+[[stream]]
+name = "live"
+durable = false
 "#;
+
+/// Opens SSE streams of `stream` from this address until the server refuses one (503, its
+/// per-client cap) twice in a row, a moment apart; returns the ones it let in, held open.
+fn fill_sse(addr: std::net::SocketAddr, stream: &str) -> Vec<std::net::TcpStream> {
+    use std::io::Read;
+    let mut held = Vec::new();
+    let mut refused = 0;
+    while refused < 2 {
+        assert!(held.len() < 64, "the SSE cap never refused");
+        let mut s = std::net::TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+        write!(s, "GET /{stream}/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+            .expect("send");
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n") && head.len() < 256 {
+            match s.read(&mut b) {
+                Ok(1) => head.push(b[0]),
+                _ => break,
+            }
+        }
+        let line = String::from_utf8_lossy(&head).into_owned();
+        if line.starts_with("HTTP/1.1 200") {
+            held.push(s);
+            refused = 0;
+        } else {
+            assert!(line.starts_with("HTTP/1.1 503"), "an SSE stream answered {line:?}");
+            refused += 1;
+            std::thread::sleep(Duration::from_millis(700));
+        }
+    }
+    held
+}
 
 fn which(names: &[&str]) -> Option<String> {
     names.iter().find_map(|c| {
@@ -131,6 +168,7 @@ fn the_page_lists_streams_tails_filters_and_survives_a_restart() {
     let mut to_node = child.stdin.take().expect("stdin");
     let from_node = BufReader::new(child.stdout.take().expect("stdout"));
     let mut guard = Kill(Some(child));
+    let mut sse_held = Vec::new();
     // the script's steps: one JSON command per line, answered "ok" once done
     for line in from_node.lines() {
         let line = line.expect("read the script's stdout");
@@ -150,6 +188,23 @@ fn the_page_lists_streams_tails_filters_and_survives_a_restart() {
                     publish_batch(srv, stream, &trade_rows(from + b * per, per));
                     std::thread::sleep(Duration::from_millis(n("gap_ms") as u64));
                 }
+            }
+            Some("publish_raw") => {
+                let stream = cmd["stream"].as_str().expect("stream");
+                let rows: Vec<String> = cmd["rows"]
+                    .as_array()
+                    .expect("rows")
+                    .iter()
+                    .map(|r| r.as_str().expect("a row's JSON text").to_string())
+                    .collect();
+                publish_batch(srv, stream, &rows);
+            }
+            Some("fill_sse") => {
+                sse_held = fill_sse(srv.addr, cmd["stream"].as_str().expect("stream"));
+            }
+            Some("release_sse") => {
+                sse_held.clear();
+                std::thread::sleep(Duration::from_millis(500));
             }
             Some("restart") => {
                 assert_eq!(server.take().unwrap().stop(), Some(0));
