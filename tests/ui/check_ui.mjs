@@ -3,7 +3,9 @@
 // per step, to publish rows or restart the broker, and waits for its "ok" on stdin.
 //
 // Environment: CORECAST_UI_BASE (http://ADDR), CORECAST_UI_CHROMIUM (the browser binary),
-// CORECAST_UI_NODE_MODULES (where playwright-core is installed), CORECAST_UI_SCREENSHOT (PNG).
+// CORECAST_UI_NODE_MODULES (where playwright-core is installed), CORECAST_UI_SCREENSHOT (PNG),
+// CORECAST_UI_MODE: "main" (an open broker: everything below) or "revoke" (with [auth]: the
+// principal "reader", signed in with CORECAST_UI_PASSWORD, is revoked while it tails).
 // Rows are trades: trade_id = offset, symbol "A" for even ids and "B" for odd ones.
 import { createRequire } from "node:module";
 import readline from "node:readline";
@@ -78,6 +80,45 @@ const browser = await chromium.launch({
 });
 let page;
 let step = "start";
+if (process.env.CORECAST_UI_MODE === "revoke") {
+  try {
+    const ctx = await browser.newContext({
+      viewport: { width: 1280, height: 760 },
+      httpCredentials: { username: "reader", password: process.env.CORECAST_UI_PASSWORD },
+    });
+    page = await ctx.newPage();
+    page.on("request", (r) => { if (/\/events(\?|$)/.test(r.url())) eventRequests++; });
+    step = "the reader signs in (Basic) and tails t";
+    const resp = await page.goto(BASE + "/ui");
+    check(resp.status() === 200, `/ui: HTTP ${resp.status()}`);
+    await page.waitForSelector('#p-status[data-ok="true"]', { timeout: 10_000 });
+    await page.click('#streams tr[data-stream="t"]');
+    await page.waitForSelector('#tail-status[data-state="open"]', { timeout: 10_000 });
+    await ask({ do: "publish", stream: "t", from: 1, count: 3 });
+    await waitOffset(page, 3);
+
+    step = "revoked: the tail stops and both status lines give the server's reason";
+    await ask({ do: "revoke", who: "reader" });
+    await page.waitForSelector('#tail-status[data-state="error"]', { timeout: 15_000 });
+    const st = await tailState(page);
+    check(/HTTP 403: .*revoked/.test(st.text), `tail status after the revocation: ${st.text}`);
+    const n0 = eventRequests;
+    await sleep(2500);
+    check(eventRequests === n0, `the revoked tail was retried ${eventRequests - n0} times`);
+    await page.waitForFunction(() => /revoked/.test(document.querySelector("#p-status").textContent), null, { timeout: 5000 });
+    const ps = await page.textContent("#p-status");
+    check(!/needs stats\.read/.test(ps), `process status guesses a grant: ${ps}`);
+    log(`revoked: tail "${st.text}"; process "${ps}"`);
+    if (SHOT) await page.screenshot({ path: SHOT, clip: { x: 0, y: 0, width: 1280, height: 480 } });
+    log("ok");
+    await browser.close();
+    process.exit(0);
+  } catch (e) {
+    log(`FAILED at "${step}": ${e.message}`);
+    await browser.close().catch(() => {});
+    process.exit(1);
+  }
+}
 try {
   page = await browser.newPage({ viewport: { width: 1280, height: 760 } });
   const problems = [];
