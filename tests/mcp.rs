@@ -833,8 +833,16 @@ fn numbers_and_ids_come_back_exactly_as_they_are() {
     publish_batch(&server, "t", &[row.to_string()]);
     let pulled = http_get(server.addr, "/v1/streams/t/rows?from=1&limit=1");
     assert_eq!(pulled.status, 200, "{}", pulled.text());
-    for n in ["1703548799446724905", "0.0063289999999999996", "0.30000000000000004"] {
-        assert!(pulled.text().contains(n), "/rows lacks {n}: {}", pulled.text());
+    for n in [
+        "1703548799446724905",
+        "0.0063289999999999996",
+        "0.30000000000000004",
+    ] {
+        assert!(
+            pulled.text().contains(n),
+            "/rows lacks {n}: {}",
+            pulled.text()
+        );
     }
     let mut c = Mcp::new(server.addr, None);
     c.initialize();
@@ -846,12 +854,26 @@ fn numbers_and_ids_come_back_exactly_as_they_are() {
         .expect("the text content is a JSON string");
     let structured = raw_at(&r.body, &["result", "structuredContent"]);
     // the two copies are the same bytes, and the numbers are the source's
-    assert_eq!(structured, text, "structuredContent differs from the text content");
-    for n in ["1703548799446724905", "0.0063289999999999996", "0.30000000000000004"] {
-        assert!(structured.contains(n), "structuredContent lacks {n}: {structured}");
+    assert_eq!(
+        structured, text,
+        "structuredContent differs from the text content"
+    );
+    for n in [
+        "1703548799446724905",
+        "0.0063289999999999996",
+        "0.30000000000000004",
+    ] {
+        assert!(
+            structured.contains(n),
+            "structuredContent lacks {n}: {structured}"
+        );
     }
     let rows_at = |body: &str| raw_at(body.as_bytes(), &["rows"]);
-    assert_eq!(rows_at(&structured), rows_at(&pulled.text()), "the rows /rows answers");
+    assert_eq!(
+        rows_at(&structured),
+        rows_at(&pulled.text()),
+        "the rows /rows answers"
+    );
     // a tool error carries its body twice too
     let r = c.post(
         r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"stream_peek","arguments":{"stream":"nope"}}}"#,
@@ -892,11 +914,17 @@ fn the_wait_budget_counts_declared_waits_and_initialize_is_checked() {
     };
     let started = Instant::now();
     let r = c.post(&json!([sub(1, 30.0), sub(2, 30.0), sub(3, 0.5)]).to_string());
-    assert!(started.elapsed() < Duration::from_secs(10), "no poll waited");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "no poll waited"
+    );
     assert_eq!(r.status, 200, "{}", r.text());
     let v = json_of(&r);
     assert_eq!(v[0]["result"]["isError"], false, "{v}");
-    assert_eq!(v[1]["result"]["isError"], false, "30 + 30 s fit in a batch: {v}");
+    assert_eq!(
+        v[1]["result"]["isError"], false,
+        "30 + 30 s fit in a batch: {v}"
+    );
     let e = &v[2]["error"];
     assert_eq!(e["data"]["code"], "resource_limit_exceeded", "{v}");
     assert_eq!(e["data"]["maximum"], 0.0, "{v}");
@@ -918,10 +946,9 @@ fn the_wait_budget_counts_declared_waits_and_initialize_is_checked() {
     let v = json_of(&r);
     assert_eq!(v["error"]["code"], -32602, "{v}");
     assert!(
-        v["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("params.protocolVersion must be a string such as \"2025-06-18\", not a number"),
+        v["error"]["message"].as_str().unwrap().contains(
+            "params.protocolVersion must be a string such as \"2025-06-18\", not a number"
+        ),
         "{v}"
     );
     let r = request(
@@ -963,7 +990,11 @@ fn one_principal_cannot_evict_anothers_sessions() {
         mallory.initialize();
     }
     let last = mallory.sid.clone().unwrap();
-    assert_eq!(carol.rpc("ping", json!({}))["result"], json!({}), "carol's session lives");
+    assert_eq!(
+        carol.rpc("ping", json!({}))["result"],
+        json!({}),
+        "carol's session lives"
+    );
     mallory.sid = Some(first);
     let r = mallory.post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
     assert_eq!(r.status, 404, "mallory's oldest session went: {}", r.text());

@@ -47,8 +47,11 @@ fn fill_sse(addr: std::net::SocketAddr, stream: &str) -> Vec<std::net::TcpStream
         assert!(held.len() < 64, "the SSE cap never refused");
         let mut s = std::net::TcpStream::connect(addr).expect("connect");
         s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-        write!(s, "GET /{stream}/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
-            .expect("send");
+        write!(
+            s,
+            "GET /{stream}/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"
+        )
+        .expect("send");
         let mut head = Vec::new();
         let mut b = [0u8; 1];
         while !head.ends_with(b"\r\n") && head.len() < 256 {
@@ -62,7 +65,10 @@ fn fill_sse(addr: std::net::SocketAddr, stream: &str) -> Vec<std::net::TcpStream
             held.push(s);
             refused = 0;
         } else {
-            assert!(line.starts_with("HTTP/1.1 503"), "an SSE stream answered {line:?}");
+            assert!(
+                line.starts_with("HTTP/1.1 503"),
+                "an SSE stream answered {line:?}"
+            );
             refused += 1;
             std::thread::sleep(Duration::from_millis(700));
         }
@@ -361,12 +367,20 @@ fn the_assets_are_served_from_the_binary() {
             .expect("send");
             let mut answer = String::new();
             std::io::Read::read_to_string(&mut s, &mut answer).ok();
-            assert!(answer.starts_with("HTTP/1.1 405"), "{method} {path}: {answer}");
             assert!(
-                answer.to_ascii_lowercase().contains("\r\nallow: get, head\r\n"),
+                answer.starts_with("HTTP/1.1 405"),
                 "{method} {path}: {answer}"
             );
-            assert!(answer.contains("method_not_allowed"), "{method} {path}: {answer}");
+            assert!(
+                answer
+                    .to_ascii_lowercase()
+                    .contains("\r\nallow: get, head\r\n"),
+                "{method} {path}: {answer}"
+            );
+            assert!(
+                answer.contains("method_not_allowed"),
+                "{method} {path}: {answer}"
+            );
         }
     }
     // what the page reads from /stats, beside the keys the reference has

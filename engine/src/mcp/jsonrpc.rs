@@ -98,7 +98,9 @@ impl BodyError {
     /// The reply: one error with a `null` id.
     pub fn reply(&self) -> String {
         match self {
-            BodyError::NotJson(e) => error(&Id::null(), PARSE_ERROR, &format!("not JSON: {e}"), None),
+            BodyError::NotJson(e) => {
+                error(&Id::null(), PARSE_ERROR, &format!("not JSON: {e}"), None)
+            }
             BodyError::EmptyBatch => error(&Id::null(), INVALID_REQUEST, "an empty batch", None),
             BodyError::BatchTooLarge(n) => error(
                 &Id::null(),
@@ -127,7 +129,14 @@ pub fn decode(body: &[u8]) -> Result<(Vec<Message>, bool), BodyError> {
                 .collect();
             let n = items.len();
             let raws = raws.into_iter().chain(std::iter::repeat(None)).take(n);
-            Ok((items.into_iter().zip(raws).map(|(v, r)| message(v, r.as_deref())).collect(), true))
+            Ok((
+                items
+                    .into_iter()
+                    .zip(raws)
+                    .map(|(v, r)| message(v, r.as_deref()))
+                    .collect(),
+                true,
+            ))
         }
         one => {
             let raw = std::str::from_utf8(body).ok().and_then(raw_id);
@@ -187,7 +196,10 @@ fn message(v: Value, raw_id: Option<&str>) -> Message {
 
 /// A success reply, as JSON text: `result` is the result's JSON text, embedded as it is.
 pub fn result(id: &Id, result: &str) -> String {
-    format!(r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#, id.json())
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#,
+        id.json()
+    )
 }
 
 /// An error reply, as JSON text.
@@ -233,12 +245,20 @@ mod tests {
             br#"[{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping"},{"jsonrpc":"2.0","id" : "a\u0041","method":"ping"}]"#,
         )
         .unwrap();
-        assert!(matches!(&m[0], Message::Request { id, .. } if id.json() == "123456789012345678901234567890"));
+        assert!(
+            matches!(&m[0], Message::Request { id, .. } if id.json() == "123456789012345678901234567890")
+        );
         assert!(matches!(&m[1], Message::Request { id, .. } if id.json() == r#""a\u0041""#));
         let r = result(&Id("1.50".into()), r#"{"x":0.0063289999999999996}"#);
-        assert_eq!(r, r#"{"jsonrpc":"2.0","id":1.50,"result":{"x":0.0063289999999999996}}"#);
-        let (m, _) = decode(br#"{"jsonrpc":"2.0","id":18446744073709551617,"method":"ping"}"#).unwrap();
-        assert!(matches!(&m[0], Message::Request { id, .. } if id.json() == "18446744073709551617"));
+        assert_eq!(
+            r,
+            r#"{"jsonrpc":"2.0","id":1.50,"result":{"x":0.0063289999999999996}}"#
+        );
+        let (m, _) =
+            decode(br#"{"jsonrpc":"2.0","id":18446744073709551617,"method":"ping"}"#).unwrap();
+        assert!(
+            matches!(&m[0], Message::Request { id, .. } if id.json() == "18446744073709551617")
+        );
         assert!(matches!(decode(b"{"), Err(BodyError::NotJson(_))));
         assert_eq!(decode(b"[]"), Err(BodyError::EmptyBatch));
         let many = format!("[{}]", vec!["1"; BATCH_MAX + 1].join(","));

@@ -394,7 +394,8 @@ pub fn negotiate(asked: Option<&str>) -> &'static str {
 fn initialize_reply(id: &jsonrpc::Id, params: &Value, who: &Identity) -> Vec<u8> {
     let Some(asked) = params.get("protocolVersion").and_then(Value::as_str) else {
         let why = match params.get("protocolVersion") {
-            None => "initialize needs params.protocolVersion, a string such as \"2025-06-18\"".to_string(),
+            None => "initialize needs params.protocolVersion, a string such as \"2025-06-18\""
+                .to_string(),
             Some(v) => format!(
                 "params.protocolVersion must be a string such as \"2025-06-18\", not {}",
                 match v {

@@ -147,8 +147,14 @@ mod tests {
         for _ in 0..SESSIONS_PER_PRINCIPAL_MAX + 50 {
             open(Some("mallory-unit"), "2025-06-18");
         }
-        assert!(find(&keep, Some("carol-unit")).is_some(), "carol's session stays");
-        assert!(find(&first, Some("mallory-unit")).is_none(), "mallory's oldest went");
+        assert!(
+            find(&keep, Some("carol-unit")).is_some(),
+            "carol's session stays"
+        );
+        assert!(
+            find(&first, Some("mallory-unit")).is_none(),
+            "mallory's oldest went"
+        );
         let held = lock()
             .values()
             .filter(|s| s.principal.as_deref() == Some("mallory-unit"))

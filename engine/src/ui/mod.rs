@@ -4,8 +4,11 @@
 //! (`/ui/app.js`, `/ui/app.css`). Out: the asset, whole, in one response, from the accepting
 //! shard's thread (nothing to read, nothing to allocate but the response). The page itself has
 //! no data of its own: it polls `GET /stats` (once a second, never two requests in flight) and
-//! tails a stream over its SSE endpoint (`GET /NAME/events`, resumed with `Last-Event-ID`),
-//! reading the stream's schema from `GET /v1/streams/NAME`. So with `[auth]` configured the
+//! tails a stream over its SSE endpoint (`GET /NAME/events`, resumed with `Last-Event-ID` or
+//! `?lastEventId=N`), reading the stream's schema from `GET /v1/streams/NAME`. EventSource
+//! hides why it was refused, so when it gives up the page fetches the same URL once to learn
+//! the status, the server's message and `Retry-After`: it stops on a refusal and waits on a
+//! 503 or 429. Any method but `GET` and `HEAD` on the page's paths answers 405. So with `[auth]` configured the
 //! page needs exactly what any reader needs: to be authenticated for the page
 //! ([`crate::auth::http::need`] classifies `/ui…` as "authenticated only"), `stats.read` for
 //! `/stats` and `data.read` on the stream it tails.
