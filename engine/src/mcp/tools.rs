@@ -202,6 +202,7 @@ fn readable(
     }
     ctx.shared
         .registry
+        .load()
         .get(name)
         .cloned()
         .ok_or_else(|| Refused {
