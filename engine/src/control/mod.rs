@@ -16,9 +16,9 @@
 //!   its desired state, and [`Control::start`] then marks the operations a crash left
 //!   unfinished as done — each exactly once.
 //!
-//! `CORECAST_CONTROL_TEST_PAUSE_MS` (tests only) makes the control thread wait that long before
-//! carrying out each operation, so a test can kill the process between accepting an operation
-//! and finishing it.
+//! `CORECAST_CONTROL_TEST_PAUSE_MS` (tests only) makes each accepted operation wait that long
+//! before the control thread carries it out (calls are still answered meanwhile), so a test can
+//! kill the process between accepting an operation and finishing it.
 
 pub mod apply;
 pub mod db;
@@ -28,7 +28,7 @@ pub mod http;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use sha2::Digest;
@@ -253,8 +253,8 @@ pub(crate) struct ControlThread {
     pub(crate) maintenance: HashMap<usize, Maintenance>,
     boot_id: String,
     body_bytes_max: usize,
-    /// Accepted operations not carried out yet, oldest first.
-    pending: VecDeque<String>,
+    /// Accepted operations not carried out yet, oldest first, each with when it is due.
+    pending: VecDeque<(String, Instant)>,
     pause: Option<Duration>,
 }
 
@@ -310,14 +310,21 @@ impl ControlThread {
     fn run(mut self, rx: crossbeam_channel::Receiver<ControlMsg>) {
         loop {
             // calls first, then one operation at a time: a long open never holds up an answer
-            // for more than that one operation
-            let msg = if self.pending.is_empty() {
-                match rx.recv() {
+            // for more than that one operation (an operation is due at once, or after the
+            // test pause: calls are still answered while it waits)
+            let msg = match self.pending.front() {
+                None => match rx.recv() {
                     Ok(m) => Some(m),
                     Err(_) => break,
+                },
+                Some((_, due)) => {
+                    let wait = due.saturating_duration_since(Instant::now());
+                    match rx.recv_timeout(wait) {
+                        Ok(m) => Some(m),
+                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+                        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+                    }
                 }
-            } else {
-                rx.try_recv().ok()
             };
             match msg {
                 Some(ControlMsg::Call(call)) => {
@@ -329,10 +336,7 @@ impl ControlThread {
                 Some(ControlMsg::Stop) => break,
                 None => {}
             }
-            if let Some(id) = self.pending.pop_front() {
-                if let Some(p) = self.pause {
-                    std::thread::sleep(p);
-                }
+            if let Some((id, _)) = self.pending.pop_front() {
                 self.carry_out(&id);
             }
         }
@@ -637,7 +641,8 @@ impl ControlThread {
             op: &op,
             receipt: (key, &receipt),
         })?;
-        self.pending.push_back(op.id);
+        let due = Instant::now() + self.pause.unwrap_or(Duration::ZERO);
+        self.pending.push_back((op.id, due));
         Ok(Answer {
             status: 202,
             etag: Some(receipt.etag),
