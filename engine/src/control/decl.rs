@@ -245,7 +245,7 @@ mod tests {
         let again = decl(&d.canonical).unwrap();
         assert_eq!(again.canonical, d.canonical);
         let d = decl(
-            r#"{"schema":{"type":"object","properties":{"b":{"type":"integer"},"a":{"type":"string"}}},"limits":{"max_backlog":10},"retention":"2h","published":"off"}"#,
+            r#"{"schema":{"type":"object","properties":{"b":{"type":"integer"},"a":{"type":"string"}},"required":["b","a"]},"limits":{"max_backlog":10},"retention":"2h","published":"off"}"#,
         )
         .unwrap();
         assert_eq!(d.cfg.max_backlog, 10);
