@@ -37,7 +37,8 @@ impl ControlThread {
         let registry = self.shared.registry.load();
         let current = registry.get(&row.name).cloned();
         drop(registry);
-        let same_cfg = |st: &Stream| decl::canonical(&st.cfg).to_string() == row.declaration;
+        // compared as JSON values: the stored text is the canonical form of the same function
+        let same_cfg = |st: &Stream| decl::canonical(&st.cfg) == value;
         match (current, row.desired) {
             (None, StreamState::Stopped) => {
                 let index = self.shared.registry.load().streams.len();
