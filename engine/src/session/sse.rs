@@ -20,7 +20,8 @@
 //! The stream sends `retry:` first, comment pings on idle streams (jittered between
 //! `sse.ping_min_ms` and `sse.ping_max_ms`), and ends with `event: end` + `data: {"reason":…}`:
 //! `max_age` (after `sse.max_age_s`), `shutdown`, `behind` (fell more than `max_backlog` rows
-//! behind; counted in dropped_slow), `revoked` (reserved). Open streams are capped per process
+//! behind; counted in dropped_slow), `stream_stopped` (stopped over `/control/v1`), `revoked`
+//! (reserved). Open streams are capped per process
 //! (`sse.max_streams`) and per client address (`sse.max_per_client`): above either, 503 with
 //! `Retry-After: 30`.
 
@@ -535,6 +536,10 @@ async fn run(
         }
         if let Some(end) = guard.and_then(|g| g.ending()) {
             return Some(end.sse_reason());
+        }
+        // stopped over /control/v1 (a retired stream is still read)
+        if st.subscriber_end().is_some() {
+            return Some("stream_stopped");
         }
         let now = Instant::now();
         if now >= deadline {
