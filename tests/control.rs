@@ -829,3 +829,96 @@ grants = {{ "control.read" = ["*"] }}
     let r = http(addr, "PUT", "/control/v1/streams/g", &h, &body);
     assert_eq!(r.status, 202, "{}", r.body);
 }
+
+#[test]
+fn corecast_ctl_drives_the_contract() {
+    let setup = Setup::new();
+    let server = start(&setup, CONFIG);
+    let url = format!("http://{}", server.addr);
+    let ctl = |args: &[&str]| {
+        let mut all = vec!["ctl", "--server", url.as_str()];
+        all.extend_from_slice(args);
+        corecast_run(&all, None, Duration::from_secs(60))
+    };
+    // a TOML declaration whose schema names a JSON Schema file beside it
+    let dir = setup.tmp.path();
+    std::fs::write(
+        dir.join("i.schema.json"),
+        r#"{"type":"object","properties":{"i":{"type":"integer"}},"required":["i"]}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("made.toml"),
+        "schema = \"i.schema.json\"\nexactly_once = true\n[limits]\nmax_backlog = 500\n",
+    )
+    .unwrap();
+    let decl = dir.join("made.toml").display().to_string();
+    let out = ctl(&["create", "made", &decl]);
+    assert_eq!(out.code, Some(0), "{} {}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("accepted, operation"), "{}", out.stdout);
+    assert!(out.stdout.contains(": succeeded"), "{}", out.stdout);
+    assert_eq!(publish(&server, "made", &[row(1)]), [Some(1)]);
+    let out = ctl(&["get", "made"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["declaration"]["limits"]["max_backlog"], 500);
+    assert_eq!(v["declaration"]["exactly_once"], true);
+    assert_eq!(v["declaration"]["schema"]["required"], json!(["i"]));
+    // create again: refused with the contract's message, exit 1
+    let out = ctl(&["create", "made", &decl]);
+    assert_eq!(out.code, Some(1), "{}", out.stdout);
+    assert!(
+        out.stderr.contains("412 precondition_failed"),
+        "{}",
+        out.stderr
+    );
+    // stop (already stopped the second time), start, retire; the ETags are read for us
+    let out = ctl(&["stop", "made"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let out = ctl(&["stop", "made"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("already so"), "{}", out.stdout);
+    let out = ctl(&["start", "made"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(publish(&server, "made", &[row(2)]), [Some(2)]);
+    let out = ctl(&["--no-wait", "retire", "made"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let id = out
+        .stdout
+        .split("operation ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .expect("an operation id")
+        .to_string();
+    let out = ctl(&["watch", &id]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("succeeded"), "{}", out.stdout);
+    let mut refused = ws_connect(&server.url("made?publish"));
+    assert_eq!(recv_close(&mut refused).0, 4410);
+    let out = ctl(&["list"]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines[0].starts_with("NAME"), "{}", out.stdout);
+    assert!(
+        lines[1].starts_with("made") && lines[1].contains("retired"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines[2].starts_with("static1") && lines[2].contains("static"),
+        "{}",
+        out.stdout
+    );
+    // a broker that is not there: exit 3 after the retries
+    let out = corecast_run(
+        &[
+            "ctl",
+            "--server",
+            &format!("http://127.0.0.1:{}", support::dead_port()),
+            "list",
+        ],
+        None,
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.code, Some(3), "{}", out.stderr);
+}

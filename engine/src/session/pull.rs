@@ -167,10 +167,15 @@ pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, client: Client<'_>) -> Op
     let q = Query::parse(req.query.as_bytes());
     let reg = ctx.shared.registry.load();
     let parts: Vec<&str> = rest.split('/').collect();
-    let find = |name: &str| {
-        reg.get(name)
-            .cloned()
-            .ok_or_else(|| err(404, "not_found", &format!("no such stream: {name}")))
+    let find = |name: &str| match reg.get(name) {
+        None => Err(err(404, "not_found", &format!("no such stream: {name}"))),
+        // its log is closed while it is stopped; start it over /control/v1 to read it
+        Some(st) if st.subscriber_end().is_some() => Err(err(
+            409,
+            "stream_stopped",
+            &format!("stream {name} is stopped; start it over /control/v1 to read it"),
+        )),
+        Some(st) => Ok(st.clone()),
     };
     let allowed: Option<&[&str]> = match parts.as_slice() {
         [""] | [_] | [_, ""] => Some(&[]),
