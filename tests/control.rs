@@ -390,6 +390,16 @@ fn every_status_code_and_precondition_rule() {
     assert_eq!((r.status, r.code().as_str()), (422, "unsupported_schema"));
     let r = put(addr, "/control/v1/streams/bad%20name", "k9", inm, &body);
     assert_eq!((r.status, r.code().as_str()), (400, "bad_request"));
+    // the registry's own file is not a stream directory
+    let r = put(
+        addr,
+        "/control/v1/streams/registry.db-wal",
+        "k10",
+        inm,
+        &body,
+    );
+    assert_eq!((r.status, r.code().as_str()), (400, "bad_request"));
+    assert!(r.body.contains("reserved"), "{}", r.body);
 
     // create: 202 with operation_id, revision, ETag and Location
     let r = put(addr, path, "create-orders", inm, &body);
@@ -766,6 +776,44 @@ fn kill9_between_accepting_and_finishing_completes_once_after_restart() {
     let s = get(server.addr, "/control/v1/streams/late").json();
     assert_eq!(s["stream_id"], id);
     assert_eq!(s["end_offset"], 2);
+}
+
+#[test]
+fn a_managed_stream_that_cannot_open_leaves_the_broker_serving() {
+    let setup = Setup::new();
+    let cfg = setup.config(CONFIG);
+    let server = Server::start_env(
+        Some(&cfg),
+        &setup.data(),
+        &[("CORECAST_CONTROL_TEST_PAUSE_MS", "60000")],
+    );
+    let r = create(server.addr, "blocked", &schemaless());
+    assert_eq!(r.status, 202, "{}", r.body);
+    let op = r.json()["operation_id"].as_str().unwrap().to_string();
+    server.kill9();
+    // the stream's directory cannot be made: a file holds its name
+    std::fs::write(setup.data().join("blocked"), b"not a directory").unwrap();
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let v = get(server.addr, &format!("/control/v1/operations/{op}")).json();
+    assert_eq!(v["state"], "failed", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("broker's log"), "{message}");
+    assert!(
+        !message.contains(&setup.data().display().to_string()),
+        "{message}"
+    );
+    let s = get(server.addr, "/control/v1/streams/blocked").json();
+    assert_eq!(
+        (s["desired"].as_str(), s["observed"].as_str()),
+        (Some("serving"), Some("stopped"))
+    );
+    assert!(server
+        .stderr()
+        .contains("cannot open this stream of registry.db"));
+    // the rest of the broker serves
+    assert_eq!(publish(&server, "static1", &[row(1)]), [Some(1)]);
+    let mut ws = ws_connect(&server.url("blocked?publish"));
+    assert_eq!(recv_close(&mut ws).0, 1001);
 }
 
 fn hash_token(t: &str) -> String {

@@ -539,7 +539,19 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
             state,
             retired_at_us,
         };
-        let opened = open_stream(sc, &how).map_err(serr)?;
+        let opened = match open_stream(sc, &how) {
+            Ok(o) => o,
+            Err(reason) if !is_managed => return Err(serr(reason)),
+            // a managed stream that cannot open does not keep the broker down: it stays
+            // stopped (observed), and its unfinished operation fails
+            Err(reason) => {
+                tracing::error!(stream = %sc.name, "cannot open this stream of registry.db; it stays stopped: {reason}");
+                let stream = shell_stream(sc, index, &data_dir, writers_n).map_err(serr)?;
+                heads.push(0);
+                streams.push(stream);
+                continue;
+            }
+        };
         let writer = opened.stream.writer;
         match opened.log {
             Some(buffer) => buffers[writer].push((index, buffer)),

@@ -361,8 +361,20 @@ impl ControlThread {
             }
         }
         for op in self.db.pending()? {
-            if self.db.set_op(&op.id, "succeeded", None)? {
-                tracing::info!(operation = %op.id, stream = %op.stream, kind = %op.kind, "finished at start-up an operation accepted before the last stop");
+            let reached = match (self.db.stream(&op.stream)?, registry.get(&op.stream)) {
+                (Some(row), Some(st)) => row.desired == st.state(),
+                _ => false,
+            };
+            let (state, error) = if reached {
+                ("succeeded", None)
+            } else {
+                (
+                    "failed",
+                    Some("the stream could not be opened at start-up; the broker's log has the cause"),
+                )
+            };
+            if self.db.set_op(&op.id, state, error)? {
+                tracing::info!(operation = %op.id, stream = %op.stream, kind = %op.kind, state, "finished at start-up an operation accepted before the last stop");
             }
         }
         Ok(())
@@ -418,8 +430,9 @@ impl ControlThread {
     fn describe(&self, name: &str) -> rusqlite::Result<Option<(Value, u64)>> {
         let registry = self.shared.registry.load();
         let live = registry.get(name);
+        // a stopped stream's log is closed: its frontier is not known until it opens again
         let end = live
-            .filter(|s| s.durable())
+            .filter(|s| s.durable() && s.state() != StreamState::Stopped)
             .map(|s| s.end.load(std::sync::atomic::Ordering::Acquire));
         if let Some(st) = live.filter(|s| !s.managed) {
             let v = json!({
@@ -567,6 +580,14 @@ impl ControlThread {
                 400,
                 "bad_request",
                 "a stream name matches [A-Za-z0-9][A-Za-z0-9_.-]{0,127}",
+            ));
+        }
+        // a stream's directory is <data>/<name>: the registry's own files are not streams
+        if name.starts_with(db::FILE) {
+            return Ok(Answer::error(
+                400,
+                "bad_request",
+                &format!("{name} is reserved (the registry's own file); pick another stream name"),
             ));
         }
         let body: Value = match corecast_storage::json::parse_unique(&call.body)
