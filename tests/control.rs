@@ -816,6 +816,52 @@ fn a_managed_stream_that_cannot_open_leaves_the_broker_serving() {
     assert_eq!(recv_close(&mut ws).0, 1001);
 }
 
+/// Runs `tests/control/official_client.py ADDR STREAM MODE`; its report.
+fn official_client(py: &str, server: &Server, stream: &str, mode: &str) -> Value {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/control/official_client.py");
+    let out = std::process::Command::new(py)
+        .arg(script)
+        .arg(server.addr.to_string())
+        .arg(stream)
+        .arg(mode)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "official_client.py {mode} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
+#[test]
+fn the_official_client_on_a_stream_created_over_http() {
+    let Some(py) = support::anchor_python(&["CORECAST_REQUIRE_ANCHOR"]) else {
+        return;
+    };
+    let setup = Setup::new();
+    let server = start(&setup, CONFIG);
+    let r = create(
+        server.addr,
+        "py",
+        &json!({"schema": {"type": "object", "properties": {"i": {"type": "integer"}}, "required": ["i"]}}),
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    finished(server.addr, r.json()["operation_id"].as_str().unwrap());
+    let report = official_client(&py, &server, "py", "serve");
+    assert_eq!(report["first_offset"], 1, "{report}");
+    assert_eq!(report["rows"], json!([[1, 0], [2, 1], [3, 2]]), "{report}");
+    let op = desire(server.addr, "py", "retired");
+    finished(server.addr, &op);
+    let report = official_client(&py, &server, "py", "retired");
+    assert_eq!(report["refused"], "StreamRetired", "{report}");
+    assert!(report["at"].as_i64().unwrap() > 0, "{report}");
+    assert_eq!(report["end_offset"], 4, "{report}");
+    assert_eq!(report["rows"], 3, "{report}");
+}
+
 fn hash_token(t: &str) -> String {
     let out = corecast_run(&["hash-token"], Some(t.as_bytes()), Duration::from_secs(30));
     assert_eq!(out.code, Some(0), "hash-token: {}", out.stderr);
