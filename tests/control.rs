@@ -715,7 +715,24 @@ fn stop_start_and_retire_leave_a_neighbour_untouched() {
     assert_eq!((r.status, r.code().as_str()), (409, "stream_retired"));
     let v = get(addr, "/control/v1/streams/dyn").json();
     assert_eq!(v["observed"], "retired");
-    assert!(v["retired_at_us"].as_i64().unwrap() > 0);
+    let at = v["retired_at_us"].as_i64().unwrap();
+    assert!(at > 0);
+    // the published stream metadata records the retirement (version 3, PUBLISHED.md §3.2)
+    let metadata = setup.data().join("dyn/dyn.metadata.json");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let doc = loop {
+        let doc: Option<Value> = std::fs::read_to_string(&metadata)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        if let Some(d) = doc.filter(|d| d["streamcast_metadata"] == 3) {
+            break d;
+        }
+        assert!(Instant::now() < deadline, "{} never said retired", metadata.display());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(doc["retirement"]["at"], at);
+    assert_eq!(doc["retirement"]["end_offset"], 4);
+    assert_eq!(doc["stream_id"], v["stream_id"]);
 
     // the neighbour's subscriber got every row, in order, none missing
     stop_feed.store(true, std::sync::atomic::Ordering::SeqCst);

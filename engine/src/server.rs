@@ -311,6 +311,13 @@ pub(crate) fn open_stream(sc: &StreamConfig, how: &OpenAs<'_>) -> Result<Opened,
                     Some(s) => RowCodec::Schema(s.clone()),
                     None => RowCodec::Schemaless,
                 }),
+                // a retired stream's metadata keeps saying so (version 3)
+                retirement: (state == StreamState::Retired).then_some(
+                    corecast_storage::published::Retirement {
+                        at_us: retired_at_us,
+                        end_offset: end,
+                    },
+                ),
             };
             PublishJob::new(layout, info, index_db.dir().to_path_buf())
         });
