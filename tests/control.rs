@@ -727,7 +727,11 @@ fn stop_start_and_retire_leave_a_neighbour_untouched() {
         if let Some(d) = doc.filter(|d| d["streamcast_metadata"] == 3) {
             break d;
         }
-        assert!(Instant::now() < deadline, "{} never said retired", metadata.display());
+        assert!(
+            Instant::now() < deadline,
+            "{} never said retired",
+            metadata.display()
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(doc["retirement"]["at"], at);
