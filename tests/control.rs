@@ -332,6 +332,10 @@ fn every_status_code_and_precondition_rule() {
     assert_eq!((r.status, r.code().as_str()), (413, "payload_too_large"));
     assert!(began.elapsed() < Duration::from_secs(5));
     assert!(r.body.contains("max_body_bytes"), "{}", r.body);
+    // and a client already sending a body over the limit reads the 413, not a reset
+    let big = "x".repeat(200_000);
+    let r = put(addr, path, "big2", inm, &big);
+    assert_eq!((r.status, r.code().as_str()), (413, "payload_too_large"));
 
     // preconditions: 428 without one, 412 malformed, both, or If-None-Match other than *
     let r = put(addr, path, "k2", None, &body);
