@@ -74,6 +74,10 @@ pub enum WriterMsg {
 pub struct Append {
     /// Stream index.
     pub stream: usize,
+    /// The [`Stream::generation`](crate::registry::Stream::generation) the sender checked: a
+    /// frame sent to a stream that was stopped and started again since is refused, never
+    /// committed to the new log (nor counted against its `max_inbound`).
+    pub generation: u64,
     /// The encoded rows back to back; row `i` ends at `ends[i]`.
     pub rows: Vec<u8>,
     /// End positions of the rows in `rows`.
@@ -243,6 +247,18 @@ impl Writer {
 
     fn commit_stream(&mut self, stream: usize, appends: Vec<Append>) {
         let st = self.registry.load().streams[stream].clone();
+        let (appends, stale): (Vec<Append>, Vec<Append>) = appends
+            .into_iter()
+            .partition(|a| a.generation == st.generation);
+        for a in stale {
+            let _ = a.reply.send(AppendReply::CommitFailed(format!(
+                "stream {} was stopped after this frame was checked",
+                st.cfg.name
+            )));
+        }
+        if appends.is_empty() {
+            return;
+        }
         let rows_total: usize = appends.iter().map(|a| a.ends.len()).sum();
         let bytes_total: usize = appends.iter().map(|a| a.rows.len()).sum();
         // the second fence (the publisher checked the state before sending): nothing is

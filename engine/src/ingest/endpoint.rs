@@ -434,6 +434,7 @@ impl Job {
         let id = self.ingest.as_ref().map(|(id, _)| id.clone());
         let msg = WriterMsg::Append(Append {
             stream: stream.index,
+            generation: stream.generation,
             rows: encoded.rows,
             ends: encoded.ends,
             publisher: self.ingest,

@@ -280,6 +280,7 @@ async fn handle_frame(
     let (tx, rx) = flume::bounded(1);
     let msg = WriterMsg::Append(Append {
         stream: stream.index,
+        generation: stream.generation,
         rows: buf,
         ends,
         publisher: eo.zip(seq).map(|(e, s)| (e.id.clone(), s)),
