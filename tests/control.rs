@@ -288,6 +288,15 @@ fn every_status_code_and_precondition_rule() {
     assert_eq!(r.header("allow"), Some("GET, HEAD, PUT"));
     let r = get(addr, "/control/v1/streams/orders/desired");
     assert_eq!(r.status, 405, "{}", r.body);
+    // migrations are refused with a message saying so
+    let r = http(
+        addr,
+        "POST",
+        "/control/v1/streams/orders/migrations",
+        &[],
+        "",
+    );
+    assert_eq!((r.status, r.code().as_str()), (501, "not_implemented"));
 
     // the head's checks: content type 415, Idempotency-Key 428 / 400, length 413 before the body
     let r = http(

@@ -55,6 +55,7 @@ pub fn need(req: &Request) -> Need<'_> {
     if crate::control::http::wants(path) {
         return match req.method.as_str() {
             "GET" | "HEAD" => Need::Every(Action::ControlRead),
+            _ if crate::control::http::is_migration(path) => Need::Every(Action::ControlMigrate),
             _ => Need::Every(Action::ControlMutate),
         };
     }
@@ -474,6 +475,10 @@ mod tests {
         assert_eq!(
             need(&req("PUT", "/control/v1/streams/a/desired", &[])),
             Need::Every(ControlMutate)
+        );
+        assert_eq!(
+            need(&req("POST", "/control/v1/streams/a/migrations", &[])),
+            Need::Every(ControlMigrate)
         );
         assert_eq!(need(&req("POST", "/mcp", &[])), Need::Authenticated);
         assert_eq!(

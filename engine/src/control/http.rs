@@ -1,8 +1,8 @@
 //! The shard's side of `/control/v1`: route the request, check what its head decides, read its
 //! bounded body, hand a [`Call`] to the control thread and write back its [`Answer`].
 //!
-//! Checks in order, each with its status and `code`: the switch (403 `control_disabled`), the
-//! path (404 `not_found`), the method (405 `method_not_allowed`); for a `PUT` then the content
+//! Checks in order, each with its status and `code`: the switch (403 `control_disabled`), a
+//! migration (501 `not_implemented`: not served yet), the path (404 `not_found`), the method (405 `method_not_allowed`); for a `PUT` then the content
 //! type (415 `unsupported_media_type`), the `Idempotency-Key` (428 `idempotency_key_required`,
 //! 400 `bad_request`), the length (411 `length_required`, 413 `payload_too_large` over `[control]
 //! max_body_bytes`, before any of the body is read), the body within 30 s (408); then a place in
@@ -45,6 +45,13 @@ pub fn route(path: &str) -> Option<Route> {
     }
 }
 
+/// Whether `path` is `/control/v1/streams/{name}/migrations` (not served yet: 501).
+pub fn is_migration(path: &str) -> bool {
+    path.strip_prefix("/control/v1/streams/")
+        .and_then(|r| r.strip_suffix("/migrations"))
+        .is_some_and(|name| !name.is_empty() && !name.contains('/'))
+}
+
 /// The methods `route` takes.
 fn allowed(route: &Route) -> &'static str {
     match route {
@@ -77,6 +84,13 @@ fn check(req: &Request, settings: &Settings) -> Result<(Route, bool), Vec<u8>> {
             403,
             "control_disabled",
             "the control API is off on this broker: it has no [auth] section; configure [auth] (control.read, control.mutate grants) or set [control] enabled = true to serve it without authentication",
+        ));
+    }
+    if is_migration(&req.path) {
+        return Err(refuse(
+            501,
+            "not_implemented",
+            "schema migrations (POST /control/v1/streams/{name}/migrations) are not served by this broker yet; create a new stream with the new schema instead",
         ));
     }
     let Some(route) = route(&req.path) else {
@@ -301,6 +315,8 @@ mod tests {
         ] {
             assert_eq!(route(none), None, "{none}");
         }
+        assert!(is_migration("/control/v1/streams/a/migrations"));
+        assert!(!is_migration("/control/v1/streams/a/desired"));
         assert!(wants("/control/v1"));
         assert!(wants("/control/v1/streams"));
         assert!(!wants("/control/v10"));
