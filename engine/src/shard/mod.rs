@@ -101,6 +101,10 @@ pub struct Shared {
     pub control: Option<crossbeam_channel::Sender<crate::control::ControlMsg>>,
     /// Whether `/control/v1` is served, and its body limit.
     pub control_settings: crate::control::http::Settings,
+    /// The CPUs the process may run on (`cpus` of `/stats`), read once at start-up by the
+    /// thread that starts the server, before any shard pins itself to one core (a pinned
+    /// thread sees exactly one).
+    pub cpus: usize,
     driver: AtomicU8,
 }
 
@@ -132,6 +136,7 @@ impl Shared {
                 auth: false,
                 max_body_bytes: 0,
             },
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             driver: AtomicU8::new(0),
         }
     }
