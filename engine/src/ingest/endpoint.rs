@@ -9,9 +9,9 @@
 //!
 //! The checks, in order, each with its status and `code`: the method (405
 //! `method_not_allowed`), the query (400 `bad_request`), the stream (404 `not_found`), a log
-//! (409 `not_durable`), `ingest=` on a stream that takes no exactly-once publishers (409
-//! `exactly_once_unavailable`), a stream stopped or (for `POST`) retired over `/control/v1` (409
-//! `stream_stopped`, `stream_retired`), shutdown (503 `shutting_down`); for `POST` then the content
+//! (409 `not_durable`), a stream stopped or (for `POST`) retired over `/control/v1` (409
+//! `stream_stopped`, `stream_retired`), `ingest=` on a stream that takes no exactly-once
+//! publishers (409 `exactly_once_unavailable`), shutdown (503 `shutting_down`); for `POST` then the content
 //! type (415 `unsupported_media_type`), the length (411 `length_required`, 400 `bad_request`
 //! for an empty body, 413 `payload_too_large` over `max_body_bytes`), a place under
 //! `max_concurrent` (503 `busy`), the body within 30 s (408 `request_timeout`); then the rows
