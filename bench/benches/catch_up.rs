@@ -77,6 +77,7 @@ fn write_table(
         stream_id: stream_id.clone(),
         schema_json: Some(schema.published()),
         segment_schema: segment_schema(codec),
+        retirement: None,
     };
     let mut p =
         Publisher::open(&stream, layout, info, Duration::from_secs(600), 1).expect("publisher");

@@ -35,6 +35,16 @@
 //! max_concurrent = 2          # requests decoded and committed at once, all streams (503 above)
 //! ```
 //!
+//! The control plane (`/control/v1`, `crate::control`) is served when `[auth]` is configured
+//! (its grants decide who may read and change it); without `[auth]` it answers 403 unless it is
+//! switched on explicitly:
+//!
+//! ```toml
+//! [control]
+//! enabled = true            # serve /control/v1 without [auth]: anyone reaching the port manages streams
+//! max_body_bytes = 65536    # one mutation's body (413 above it); 1 KiB ..= 16 MiB
+//! ```
+//!
 //! Top-level `write_timeout_s = 30` (1..=3600) is how long one write to a client may take before
 //! the connection is given up on (a subscriber, SSE reader or publisher that stopped reading).
 //!
@@ -88,6 +98,27 @@ pub struct Config {
     pub max_connections: Option<u64>,
     /// TLS (`[tls]`); `None`: plaintext only.
     pub tls: Option<TlsConfig>,
+    /// The control plane, `/control/v1` (`[control]`).
+    pub control: ControlConfig,
+}
+
+/// `[control]`: whether `/control/v1` is served without `[auth]`, and its body limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlConfig {
+    /// Serve the control API on a broker without `[auth]` (anyone who reaches the port may then
+    /// create, stop and retire streams). With `[auth]` it is served, and the grants decide.
+    pub enabled: bool,
+    /// Largest body of a control mutation in bytes (413 above it, refused before it is read).
+    pub max_body_bytes: usize,
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        ControlConfig {
+            enabled: false,
+            max_body_bytes: 64 << 10,
+        }
+    }
 }
 
 /// `[tls]`: the certificate and key (PEM, read and checked when the server starts), and where
@@ -327,6 +358,14 @@ struct RawConfig {
     allowed_origins: Option<Vec<String>>,
     max_connections: Option<i64>,
     tls: Option<RawTls>,
+    control: Option<RawControl>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawControl {
+    enabled: Option<bool>,
+    max_body_bytes: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -413,7 +452,7 @@ fn redact_secret(line: &str) -> String {
     line.to_string()
 }
 
-fn parse_published(text: &str) -> Result<Published, String> {
+pub(crate) fn parse_published(text: &str) -> Result<Published, String> {
     match text {
         "off" => Ok(Published::Off),
         "local" => Ok(Published::Local),
@@ -497,6 +536,7 @@ impl Config {
             ingest: IngestConfig::default(),
             auth: None,
             allowed_origins: crate::auth::origin::Origins::any(),
+            control: ControlConfig::default(),
             max_connections: None,
             tls: None,
         }
@@ -815,6 +855,13 @@ impl Config {
                 ingest.max_concurrent = n as usize;
             }
         }
+        let mut control = ControlConfig::default();
+        if let Some(raw) = raw.control {
+            control.enabled = raw.enabled.unwrap_or(false);
+            if let Some(n) = within(raw.max_body_bytes, "control.max_body_bytes", 1024, 16 << 20)? {
+                control.max_body_bytes = n as usize;
+            }
+        }
         let tls = match raw.tls {
             None => None,
             Some(t) => {
@@ -862,6 +909,7 @@ impl Config {
         };
         Ok(Config {
             max_connections,
+            control,
             tls,
             listen,
             data_dir,

@@ -88,6 +88,8 @@ pub fn keys() -> Vec<Key> {
         key("ingest", "max_body_bytes", i.max_body_bytes.to_string(), "largest bulk ingest body (413 above it); 1 KiB ..= 1 GiB"),
         key("ingest", "max_batch_rows", i.max_batch_rows.to_string(), "most rows in one ingest request (413 above it)"),
         key("ingest", "max_concurrent", i.max_concurrent.to_string(), "ingest requests decoded and committed at once, all streams (503 above)"),
+        key("control", "enabled", "false".into(), "serve /control/v1 without [auth] (anyone reaching the port manages streams); with [auth] it is served and the grants decide"),
+        key("control", "max_body_bytes", crate::config::ControlConfig::default().max_body_bytes.to_string(), "largest control mutation body (413 above it, refused before it is read); 1 KiB ..= 16 MiB"),
         example("s3", "endpoint", "\"http://127.0.0.1:9000\"", "S3 endpoint for s3:// published locations; absent: AWS_ENDPOINT_URL or AWS"),
         example("s3", "region", "\"us-east-1\"", "absent: AWS_REGION / AWS_DEFAULT_REGION"),
         example("s3", "access_key_id", "\"…\"", "absent: AWS_ACCESS_KEY_ID (never logged)"),
@@ -205,7 +207,16 @@ mod tests {
         let listed = |section: &str, field: &str| {
             keys.iter().any(|k| k.section == section && k.key == field)
         };
-        let tables = ["stream", "sse", "websocket", "s3", "ingest", "auth", "tls"];
+        let tables = [
+            "stream",
+            "sse",
+            "websocket",
+            "s3",
+            "ingest",
+            "auth",
+            "tls",
+            "control",
+        ];
         let mut missing = Vec::new();
         for (src, raw, section) in [
             (config, "RawConfig", ""),
@@ -215,6 +226,7 @@ mod tests {
             (config, "RawS3", "s3"),
             (config, "RawIngest", "ingest"),
             (config, "RawTls", "tls"),
+            (config, "RawControl", "control"),
             (auth, "RawAuth", "auth"),
             (auth, "RawJwt", "auth.jwt"),
             (auth, "RawPrincipal", "auth.principals.alice"),

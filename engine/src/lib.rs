@@ -28,6 +28,7 @@ pub mod cli;
 pub mod commit;
 pub mod config;
 pub mod config_reference;
+pub mod control;
 pub mod cursor;
 pub mod fanout;
 pub mod filter;

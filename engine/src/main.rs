@@ -58,6 +58,8 @@ enum Cmd {
     HashToken(cli::secret::HashTokenArgs),
     /// Close every connection of a principal and refuse it until the config is reloaded.
     Revoke(cli::revoke::RevokeArgs),
+    /// Manage streams over /control/v1: list, get, create, replace, stop, start, retire, watch.
+    Ctl(cli::ctl::CtlArgs),
     /// The configuration reference: `--print-default` prints every key with its default.
     Config {
         /// Print every key with its default and one line of help, as TOML that loads as is.
@@ -92,6 +94,7 @@ fn main() -> ExitCode {
         Cmd::HashPassword(args) => cli::secret::hash_password(args),
         Cmd::HashToken(args) => cli::secret::hash_token(args),
         Cmd::Revoke(args) => cli::revoke::run(args),
+        Cmd::Ctl(args) => cli::ctl::run(args),
         Cmd::Config { print_default: _ } => {
             print!("{}", corecast_engine::config_reference::render());
             ExitCode::SUCCESS

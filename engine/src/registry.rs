@@ -1,12 +1,17 @@
 //! The stream registry: every declared stream, its codec, its writer, its counters.
 //!
-//! Built once at start-up and shared read-only (`Arc`) by every thread; what changes at run time
-//! is atomic (counters, the committed frontier) or behind a short lock (exactly-once claims).
+//! A [`Registry`] is one immutable snapshot of the stream table, shared read-only (`Arc`) by every
+//! thread; what changes inside a stream at run time is atomic (counters, the committed frontier,
+//! its [`StreamState`]) or behind a short lock (exactly-once claims). The table itself changes only
+//! through the control thread (`crate::control`), which builds a new snapshot and swaps it into
+//! [`Streams`]: readers take the current one with [`Streams::load`] (a read lock held for one
+//! `Arc` clone), on the accept path and in the writers, never across an await. Indexes only
+//! grow: a stream keeps its index for the life of the process, whatever becomes of it.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use corecast_storage::schema::{RowCodec, Schema};
 
@@ -74,6 +79,65 @@ impl Claim {
     }
 }
 
+/// What a stream does now (its observed state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamState {
+    /// Publishers and subscribers are served.
+    Serving,
+    /// Writes fenced, connections closed with 1001, the log closed; the data stays.
+    Stopped,
+    /// Terminal: publishers are refused with 4410, subscribers still read what it holds.
+    Retired,
+}
+
+impl StreamState {
+    /// The name the control API uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamState::Serving => "serving",
+            StreamState::Stopped => "stopped",
+            StreamState::Retired => "retired",
+        }
+    }
+
+    /// The state called `s`.
+    pub fn parse(s: &str) -> Option<StreamState> {
+        match s {
+            "serving" => Some(StreamState::Serving),
+            "stopped" => Some(StreamState::Stopped),
+            "retired" => Some(StreamState::Retired),
+            _ => None,
+        }
+    }
+
+    fn to_u8(self) -> u8 {
+        match self {
+            StreamState::Serving => 0,
+            StreamState::Stopped => 1,
+            StreamState::Retired => 2,
+        }
+    }
+
+    fn from_u8(v: u8) -> StreamState {
+        match v {
+            0 => StreamState::Serving,
+            1 => StreamState::Stopped,
+            2 => StreamState::Retired,
+            _ => unreachable!("stream state {v} was never stored"),
+        }
+    }
+}
+
+/// A [`StreamState`] that any thread reads and the control thread sets.
+pub struct StateCell(AtomicU8);
+
+impl StateCell {
+    /// A cell holding `state`.
+    pub fn new(state: StreamState) -> StateCell {
+        StateCell(AtomicU8::new(state.to_u8()))
+    }
+}
+
 /// One declared stream.
 pub struct Stream {
     /// Index in the registry (stable for the process).
@@ -110,9 +174,65 @@ pub struct Stream {
     pub started_us: i64,
     /// The sealed tier and the hot log's extent (durable streams; empty for live ones).
     pub tiers: crate::tier::TierState,
+    /// Declared over `/control/v1` (kept in `registry.db`) rather than in the TOML file.
+    pub managed: bool,
+    /// Which opening of a stream this is (unique in the process): a stream stopped and started
+    /// again gets a new `Stream` at the same index, and caches keyed by index check it.
+    pub generation: u64,
+    /// What it does now ([`Stream::state`]).
+    pub state: StateCell,
+    /// When the stream was retired, µs since the epoch (0: not retired).
+    pub retired_at_us: AtomicI64,
+}
+
+/// The next [`Stream::generation`].
+pub fn next_generation() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl Stream {
+    /// What the stream does now.
+    pub fn state(&self) -> StreamState {
+        StreamState::from_u8(self.state.0.load(Ordering::SeqCst))
+    }
+
+    /// Sets what the stream does (the control thread only). Retired is terminal.
+    pub fn set_state(&self, to: StreamState) {
+        assert!(
+            self.state() != StreamState::Retired || to == StreamState::Retired,
+            "stream {}: retired is terminal",
+            self.cfg.name
+        );
+        if to == StreamState::Retired && self.retired_at_us.load(Ordering::SeqCst) == 0 {
+            self.retired_at_us.store(now_us(), Ordering::SeqCst);
+        }
+        self.state.0.store(to.to_u8(), Ordering::SeqCst);
+    }
+
+    /// The close a publisher of this stream gets now, `None` while it is serving: 4410 on a
+    /// retired stream, 1001 `stream stopping` on a stopped one.
+    pub fn publisher_end(&self) -> Option<(u16, String)> {
+        match self.state() {
+            StreamState::Serving => None,
+            StreamState::Stopped => Some((1001, "stream stopping".into())),
+            StreamState::Retired => Some((
+                corecast_net::ws::close::CloseCode::STREAM_RETIRED.0,
+                corecast_net::protocol::close_reason::CloseReason::StreamRetired {
+                    at_us: self.retired_at_us.load(Ordering::SeqCst),
+                    end_offset: self.durable().then(|| self.end.load(Ordering::Acquire)),
+                }
+                .encode(),
+            )),
+        }
+    }
+
+    /// The close a subscriber of this stream gets now: 1001 `stream stopping` once it is
+    /// stopped (a retired stream is still read).
+    pub fn subscriber_end(&self) -> Option<(u16, String)> {
+        (self.state() == StreamState::Stopped).then(|| (1001, "stream stopping".into()))
+    }
+
     /// Whether the stream keeps a log.
     pub fn durable(&self) -> bool {
         self.cfg.durable
@@ -144,7 +264,51 @@ impl Stream {
     }
 }
 
+/// The current [`Registry`] snapshot, swapped whole by the control thread.
+pub struct Streams {
+    current: RwLock<Arc<Registry>>,
+}
+
+impl Streams {
+    /// The table starting as `registry`.
+    pub fn new(registry: Registry) -> Streams {
+        Streams {
+            current: RwLock::new(Arc::new(registry)),
+        }
+    }
+
+    /// The current snapshot.
+    pub fn load(&self) -> Arc<Registry> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Puts `stream` in the table: at its index when one holds it (a stream started again), or
+    /// as the next index (a stream created). Indexes never shrink or move.
+    pub fn install(&self, stream: Arc<Stream>) {
+        let mut cur = self.current.write().unwrap_or_else(|p| p.into_inner());
+        let mut streams = cur.streams.clone();
+        assert!(stream.index <= streams.len(), "stream indexes are dense");
+        if stream.index == streams.len() {
+            assert!(
+                cur.get(&stream.cfg.name).is_none(),
+                "stream {} already has an index",
+                stream.cfg.name
+            );
+            streams.push(stream);
+        } else {
+            let at = stream.index;
+            assert_eq!(streams[at].cfg.name, stream.cfg.name);
+            streams[at] = stream;
+        }
+        *cur = Arc::new(Registry::new(streams));
+    }
+}
+
 /// Every stream, by index and by name.
+#[derive(Clone)]
 pub struct Registry {
     /// Streams in declaration order.
     pub streams: Vec<Arc<Stream>>,

@@ -14,7 +14,7 @@ use std::fs::File;
 use std::hash::{Hash, Hasher};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use corecast_net::rt::Driver;
@@ -23,8 +23,9 @@ use corecast_storage::schema::{RowCodec, Schema};
 use corecast_storage::tier::SegmentIndex;
 
 use crate::commit::writer::{Writer, WriterMsg};
+use crate::config::StreamConfig;
 use crate::config::{Config, Published};
-use crate::registry::{now_us, Registry, Stream, StreamStats};
+use crate::registry::{now_us, Registry, Stream, StreamState, StreamStats, Streams};
 use crate::replay::ReaderPool;
 use crate::shard::{self, ShardMsg, ShardSetup, Shared};
 use crate::tier::maintenance::{Maintenance, TierJob};
@@ -89,6 +90,7 @@ pub struct Running {
         std::thread::JoinHandle<()>,
     )>,
     maintenance: Maintenance,
+    control: Option<crate::control::Control>,
     pool: ReaderPool,
     shared: Arc<Shared>,
     _lock: File,
@@ -151,6 +153,259 @@ fn owner(name: &str, writers: usize) -> usize {
     let mut h = DefaultHasher::new();
     name.hash(&mut h);
     (h.finish() % writers as u64) as usize
+}
+
+/// A stream opened for serving: its registry entry, its log for the writer, its tier job.
+pub(crate) struct Opened {
+    /// The registry entry.
+    pub stream: Arc<Stream>,
+    /// The hot log (durable streams), for the owning writer.
+    pub log: Option<Buffer>,
+    /// The sealed tier's index, a reader of the hot log and the publishing job (durable
+    /// streams), for a maintenance thread.
+    pub tier: Option<(SegmentIndex, BufferReader, Option<PublishJob>)>,
+    /// The frontier the hubs start at.
+    pub head: u64,
+}
+
+/// How a stream is opened: where, by which writer, declared where, in which state.
+pub(crate) struct OpenAs<'a> {
+    /// Its registry index.
+    pub index: usize,
+    /// The data directory (canonical).
+    pub data_dir: &'a std::path::Path,
+    /// Writer threads (the owner is `hash(name) mod writers`).
+    pub writers: usize,
+    /// How to reach S3 for an `s3://` published location.
+    pub s3: &'a corecast_storage::published::S3Options,
+    /// Declared over `/control/v1` rather than in the TOML file.
+    pub managed: bool,
+    /// Serving or retired (a stopped stream is not opened: [`shell_stream`]).
+    pub state: StreamState,
+    /// When it was retired (0: not retired).
+    pub retired_at_us: i64,
+}
+
+/// Opens stream `sc`: compiles its schema, opens (or creates) its hot log and sealed tier,
+/// checks they meet, and sets up its publishing. Used at start-up for every stream and by the
+/// control thread for a stream created or started at run time. The error names what failed.
+pub(crate) fn open_stream(sc: &StreamConfig, how: &OpenAs<'_>) -> Result<Opened, String> {
+    assert!(
+        how.state != StreamState::Stopped,
+        "a stopped stream is not opened"
+    );
+    let OpenAs {
+        index,
+        data_dir,
+        writers: writers_n,
+        s3,
+        managed,
+        state,
+        retired_at_us,
+    } = *how;
+    let serr = |reason: String| reason;
+    let schema = match &sc.schema_json {
+        Some(text) => Some(Schema::compile(text).map_err(|e| serr(format!("schema: {e}")))?),
+        None => None,
+    };
+    let dir = data_dir.join(&sc.name);
+    let writer = owner(&sc.name, writers_n);
+    let mut tier_index: Option<(SegmentIndex, BufferReader, Option<PublishJob>)> = None;
+    let mut tiers = TierState::default();
+    let mut log = None;
+    let (stream_id, end, earliest, metadata, hint) = if sc.durable {
+        // the published form, so reformatting the schema file is not a schema change
+        let published = schema.as_ref().map(|s| s.published());
+        let options = LogOptions {
+            segment_bytes: sc.segment_bytes,
+        };
+        let buffer = Buffer::open_with(&dir, published.as_deref(), options)
+            .map_err(|e| serr(e.to_string()))?;
+        let end = buffer.end_offset();
+        let earliest = buffer.earliest().unwrap_or(end);
+        let report = buffer.open_report();
+        if report.converted_rows > 0 {
+            tracing::info!(
+                stream = %sc.name,
+                rows = report.converted_rows,
+                "converted {} from the SQLite buffer (storage format 2) to segment files",
+                dir.display()
+            );
+        }
+        if let Some((file, at, cleared)) = &report.torn_tail {
+            tracing::warn!(
+                stream = %sc.name,
+                "cleared a torn tail in {} at byte {at} ({cleared} bytes): a commit cut off by a crash, never acknowledged",
+                file.display()
+            );
+        }
+        for file in &report.swept {
+            tracing::info!(stream = %sc.name, "removed {}", file.display());
+        }
+        tracing::info!(
+            stream = %sc.name,
+            hot_earliest = earliest,
+            end_offset = end,
+            segments = report.segments,
+            "opened the hot log {}",
+            buffer.path().display()
+        );
+        // the sealed tier: sweep what a crash left, check it meets the hot log
+        let index_db = SegmentIndex::open(&dir).map_err(|e| serr(e.to_string()))?;
+        for name in index_db.sweep().map_err(|e| serr(e.to_string()))? {
+            tracing::info!(stream = %sc.name, "removed segments/{name}: written but never recorded (a crash while sealing, or retention)");
+        }
+        let entries = index_db.entries().map_err(|e| serr(e.to_string()))?;
+        let sealed_end = index_db.sealed_end().map_err(|e| serr(e.to_string()))?;
+        let hot_floor = buffer.earliest().unwrap_or(end);
+        if hot_floor > sealed_end {
+            return Err(serr(format!(
+                "offsets {sealed_end}..{hot_floor} are in no tier: the sealed segments end before {sealed_end} and the hot log starts at {hot_floor} (a file removed by hand?)"
+            )));
+        }
+        if sealed_end > end {
+            return Err(serr(format!(
+                "the segment index says rows up to {} are sealed, but the log ends at {end}",
+                sealed_end - 1
+            )));
+        }
+        if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
+            tracing::info!(
+                stream = %sc.name,
+                segments = entries.len(),
+                "sealed tier holds offsets {}..={}: history starts at offset {}",
+                first.first_offset,
+                last.last_offset,
+                first.first_offset.min(hot_floor)
+            );
+        }
+        let dropped_through = index_db
+            .dropped_through()
+            .map_err(|e| serr(e.to_string()))?;
+        tiers = TierState::new(entries, sealed_end, dropped_through);
+        let earliest = tiers.earliest(hot_floor);
+        let id = buffer.stream_id().to_string();
+        // the published tier: where the table and the stream metadata go
+        let layout = match &sc.published {
+            Published::Off => None,
+            Published::Local => Some(
+                corecast_storage::published::Layout::local(&dir, &sc.name)
+                    .map_err(|e| serr(format!("published: {e}")))?,
+            ),
+            Published::At(location) => Some(
+                corecast_storage::published::Layout::at(location, &sc.name, s3)
+                    .map_err(|e| serr(format!("published: {e}")))?,
+            ),
+        };
+        let (metadata, hint) = match &layout {
+            Some(l) => (Some(l.metadata_uri()), Some(l.metadata_hint_uri())),
+            None => (None, None),
+        };
+        let publish = layout.map(|layout| {
+            tracing::info!(stream = %sc.name, "publishes its history to {} (table {}, stream metadata {})", layout.published, layout.table.base(), layout.metadata_hint_uri());
+            tiers.publishing.store(true, Ordering::Relaxed);
+            let info = corecast_storage::published::StreamInfo {
+                stream_id: id.clone(),
+                schema_json: published.clone(),
+                segment_schema: corecast_storage::tier::segment_schema(&match &schema {
+                    Some(s) => RowCodec::Schema(s.clone()),
+                    None => RowCodec::Schemaless,
+                }),
+                // a retired stream's metadata keeps saying so (version 3)
+                retirement: (state == StreamState::Retired).then_some(
+                    corecast_storage::published::Retirement {
+                        at_us: retired_at_us,
+                        end_offset: end,
+                    },
+                ),
+            };
+            PublishJob::new(layout, info, index_db.dir().to_path_buf())
+        });
+        tier_index = Some((
+            index_db,
+            buffer.reader().map_err(|e| serr(e.to_string()))?,
+            publish,
+        ));
+        log = Some(buffer);
+        (Some(id), end, earliest, metadata, hint)
+    } else {
+        (None, 1, 1, None, None)
+    };
+    let codec = match &schema {
+        Some(s) => RowCodec::Schema(s.clone()),
+        None => RowCodec::Schemaless,
+    };
+    let stream = Arc::new(Stream {
+        index,
+        cfg: sc.clone(),
+        schema_published: schema.as_ref().map(|s| s.published()),
+        schema,
+        codec,
+        stream_id,
+        dir,
+        metadata,
+        metadata_hint: hint,
+        writer,
+        stats: StreamStats::default(),
+        inbound: Default::default(),
+        end: AtomicU64::new(end),
+        earliest: AtomicU64::new(earliest),
+        claims: Mutex::new(Default::default()),
+        started_us: now_us(),
+        tiers,
+        managed,
+        generation: crate::registry::next_generation(),
+        state: crate::registry::StateCell::new(state),
+        retired_at_us: AtomicI64::new(retired_at_us),
+    });
+    Ok(Opened {
+        stream,
+        log,
+        tier: tier_index,
+        head: end,
+    })
+}
+
+/// The registry entry of a managed stream that is stopped at start-up: its declaration and codec,
+/// no log (the writer holds none, nothing is served; starting it opens it with
+/// [`open_stream`]).
+pub(crate) fn shell_stream(
+    sc: &StreamConfig,
+    index: usize,
+    data_dir: &std::path::Path,
+    writers: usize,
+) -> Result<Arc<Stream>, String> {
+    let schema = match &sc.schema_json {
+        Some(text) => Some(Schema::compile(text).map_err(|e| format!("schema: {e}"))?),
+        None => None,
+    };
+    let codec = match &schema {
+        Some(s) => RowCodec::Schema(s.clone()),
+        None => RowCodec::Schemaless,
+    };
+    Ok(Arc::new(Stream {
+        index,
+        cfg: sc.clone(),
+        schema_published: schema.as_ref().map(|s| s.published()),
+        schema,
+        codec,
+        stream_id: None,
+        dir: data_dir.join(&sc.name),
+        metadata: None,
+        metadata_hint: None,
+        writer: owner(&sc.name, writers),
+        stats: StreamStats::default(),
+        inbound: Default::default(),
+        end: AtomicU64::new(0),
+        earliest: AtomicU64::new(0),
+        claims: Mutex::new(Default::default()),
+        started_us: now_us(),
+        tiers: TierState::default(),
+        managed: true,
+        generation: crate::registry::next_generation(),
+        state: crate::registry::StateCell::new(StreamState::Stopped),
+        retired_at_us: AtomicI64::new(0),
+    }))
 }
 
 /// Starts the server; returns once every shard listens.
@@ -248,160 +503,78 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
     let mut live: Vec<Vec<usize>> = (0..writers_n).map(|_| Vec::new()).collect();
     let mut heads = Vec::new();
     let mut tier_jobs = Vec::new();
-    for (index, sc) in cfg.streams.iter().enumerate() {
+    // the TOML streams, then the managed ones of registry.db (their pending operations are
+    // finished here: each opens in the state it was last asked for)
+    let control_db = crate::control::db::Db::open(&data_dir).map_err(StartError::Other)?;
+    let managed = control_db.startup_streams().map_err(StartError::Other)?;
+    for m in &managed {
+        if cfg.streams.iter().any(|s| s.name == m.cfg.name) {
+            return Err(StartError::Stream {
+                stream: m.cfg.name.clone(),
+                reason: "declared both in the config file and in registry.db (created over /control/v1); remove one".into(),
+            });
+        }
+    }
+    let mut managed_jobs = Vec::new();
+    let declared = cfg
+        .streams
+        .iter()
+        .map(|sc| (sc, false, StreamState::Serving, 0))
+        .chain(
+            managed
+                .iter()
+                .map(|m| (&m.cfg, true, m.desired, m.retired_at_us)),
+        );
+    for (index, (sc, is_managed, state, retired_at_us)) in declared.enumerate() {
         let serr = |reason: String| StartError::Stream {
             stream: sc.name.clone(),
             reason,
         };
-        let schema = match &sc.schema_json {
-            Some(text) => Some(Schema::compile(text).map_err(|e| serr(format!("schema: {e}")))?),
-            None => None,
-        };
-        let dir = data_dir.join(&sc.name);
-        let writer = owner(&sc.name, writers_n);
-        let mut tier_index: Option<(SegmentIndex, BufferReader, Option<PublishJob>)> = None;
-        let mut tiers = TierState::default();
-        let (stream_id, end, earliest, metadata, hint) = if sc.durable {
-            // the published form, so reformatting the schema file is not a schema change
-            let published = schema.as_ref().map(|s| s.published());
-            let options = LogOptions {
-                segment_bytes: sc.segment_bytes,
-            };
-            let buffer = Buffer::open_with(&dir, published.as_deref(), options)
-                .map_err(|e| serr(e.to_string()))?;
-            let end = buffer.end_offset();
-            let earliest = buffer.earliest().unwrap_or(end);
-            let report = buffer.open_report();
-            if report.converted_rows > 0 {
-                tracing::info!(
-                    stream = %sc.name,
-                    rows = report.converted_rows,
-                    "converted {} from the SQLite buffer (storage format 2) to segment files",
-                    dir.display()
-                );
-            }
-            if let Some((file, at, cleared)) = &report.torn_tail {
-                tracing::warn!(
-                    stream = %sc.name,
-                    "cleared a torn tail in {} at byte {at} ({cleared} bytes): a commit cut off by a crash, never acknowledged",
-                    file.display()
-                );
-            }
-            for file in &report.swept {
-                tracing::info!(stream = %sc.name, "removed {}", file.display());
-            }
-            tracing::info!(
-                stream = %sc.name,
-                hot_earliest = earliest,
-                end_offset = end,
-                segments = report.segments,
-                "opened the hot log {}",
-                buffer.path().display()
-            );
-            // the sealed tier: sweep what a crash left, check it meets the hot log
-            let index_db = SegmentIndex::open(&dir).map_err(|e| serr(e.to_string()))?;
-            for name in index_db.sweep().map_err(|e| serr(e.to_string()))? {
-                tracing::info!(stream = %sc.name, "removed segments/{name}: written but never recorded (a crash while sealing, or retention)");
-            }
-            let entries = index_db.entries().map_err(|e| serr(e.to_string()))?;
-            let sealed_end = index_db.sealed_end().map_err(|e| serr(e.to_string()))?;
-            let hot_floor = buffer.earliest().unwrap_or(end);
-            if hot_floor > sealed_end {
-                return Err(serr(format!(
-                    "offsets {sealed_end}..{hot_floor} are in no tier: the sealed segments end before {sealed_end} and the hot log starts at {hot_floor} (a file removed by hand?)"
-                )));
-            }
-            if sealed_end > end {
-                return Err(serr(format!(
-                    "the segment index says rows up to {} are sealed, but the log ends at {end}",
-                    sealed_end - 1
-                )));
-            }
-            if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
-                tracing::info!(
-                    stream = %sc.name,
-                    segments = entries.len(),
-                    "sealed tier holds offsets {}..={}: history starts at offset {}",
-                    first.first_offset,
-                    last.last_offset,
-                    first.first_offset.min(hot_floor)
-                );
-            }
-            let dropped_through = index_db
-                .dropped_through()
-                .map_err(|e| serr(e.to_string()))?;
-            tiers = TierState::new(entries, sealed_end, dropped_through);
-            let earliest = tiers.earliest(hot_floor);
-            let id = buffer.stream_id().to_string();
-            // the published tier: where the table and the stream metadata go
-            let layout = match &sc.published {
-                Published::Off => None,
-                Published::Local => Some(
-                    corecast_storage::published::Layout::local(&dir, &sc.name)
-                        .map_err(|e| serr(format!("published: {e}")))?,
-                ),
-                Published::At(location) => Some(
-                    corecast_storage::published::Layout::at(location, &sc.name, &cfg.s3)
-                        .map_err(|e| serr(format!("published: {e}")))?,
-                ),
-            };
-            let (metadata, hint) = match &layout {
-                Some(l) => (Some(l.metadata_uri()), Some(l.metadata_hint_uri())),
-                None => (None, None),
-            };
-            let publish = layout.map(|layout| {
-                tracing::info!(stream = %sc.name, "publishes its history to {} (table {}, stream metadata {})", layout.published, layout.table.base(), layout.metadata_hint_uri());
-                tiers.publishing.store(true, Ordering::Relaxed);
-                let info = corecast_storage::published::StreamInfo {
-                    stream_id: id.clone(),
-                    schema_json: published.clone(),
-                    segment_schema: corecast_storage::tier::segment_schema(&match &schema {
-                        Some(s) => RowCodec::Schema(s.clone()),
-                        None => RowCodec::Schemaless,
-                    }),
-                };
-                PublishJob::new(layout, info, index_db.dir().to_path_buf())
-            });
-            tier_index = Some((
-                index_db,
-                buffer.reader().map_err(|e| serr(e.to_string()))?,
-                publish,
-            ));
-            buffers[writer].push((index, buffer));
-            (Some(id), end, earliest, metadata, hint)
-        } else {
-            live[writer].push(index);
-            (None, 1, 1, None, None)
-        };
-        heads.push(end);
-        let codec = match &schema {
-            Some(s) => RowCodec::Schema(s.clone()),
-            None => RowCodec::Schemaless,
-        };
-        streams.push(Arc::new(Stream {
-            index,
-            cfg: sc.clone(),
-            schema_published: schema.as_ref().map(|s| s.published()),
-            schema,
-            codec,
-            stream_id,
-            dir,
-            metadata,
-            metadata_hint: hint,
-            writer,
-            stats: StreamStats::default(),
-            inbound: Default::default(),
-            end: AtomicU64::new(end),
-            earliest: AtomicU64::new(earliest),
-            claims: Mutex::new(Default::default()),
-            started_us: now_us(),
-            tiers,
-        }));
-        if let Some(job) = tier_index {
-            tier_jobs.push((index, job));
+        if state == StreamState::Stopped {
+            let stream = shell_stream(sc, index, &data_dir, writers_n).map_err(serr)?;
+            heads.push(0);
+            streams.push(stream);
+            continue;
         }
+        let how = OpenAs {
+            index,
+            data_dir: &data_dir,
+            writers: writers_n,
+            s3: &cfg.s3,
+            managed: is_managed,
+            state,
+            retired_at_us,
+        };
+        let opened = match open_stream(sc, &how) {
+            Ok(o) => o,
+            Err(reason) if !is_managed => return Err(serr(reason)),
+            // a managed stream that cannot open does not keep the broker down: it stays
+            // stopped (observed), and its unfinished operation fails
+            Err(reason) => {
+                tracing::error!(stream = %sc.name, "cannot open this stream of registry.db; it stays stopped: {reason}");
+                let stream = shell_stream(sc, index, &data_dir, writers_n).map_err(serr)?;
+                heads.push(0);
+                streams.push(stream);
+                continue;
+            }
+        };
+        let writer = opened.stream.writer;
+        match opened.log {
+            Some(buffer) => buffers[writer].push((index, buffer)),
+            None => live[writer].push(index),
+        }
+        heads.push(opened.head);
+        if let Some(job) = opened.tier {
+            // a managed stream's maintenance thread is its own: stopping it stops that thread
+            if is_managed {
+                managed_jobs.push((index, job));
+            } else {
+                tier_jobs.push((index, job));
+            }
+        }
+        streams.push(opened.stream);
     }
-    let registry = Arc::new(Registry::new(streams));
+    let registry = Arc::new(Streams::new(Registry::new(streams)));
 
     // channels
     let shard_chans: Vec<(flume::Sender<ShardMsg>, flume::Receiver<ShardMsg>)> = (0..cores)
@@ -424,13 +597,22 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
     let jobs = tier_jobs
         .into_iter()
         .map(|(i, (index, reader, publish))| {
-            let st = registry.streams[i].clone();
+            let st = registry.load().streams[i].clone();
             let writer = writer_senders[st.writer].clone();
             TierJob::new(st, index, reader, writer, publish)
         })
         .collect();
     let maintenance = Maintenance::start(jobs, (cores / 4).max(1))
         .map_err(|e| StartError::Other(format!("cannot start a maintenance thread: {e}")))?;
+    let mut managed_maintenance = std::collections::HashMap::new();
+    for (i, (index, reader, publish)) in managed_jobs {
+        let st = registry.load().streams[i].clone();
+        let writer = writer_senders[st.writer].clone();
+        let job = TierJob::new(st, index, reader, writer, publish);
+        let m = Maintenance::start(vec![job], 1)
+            .map_err(|e| StartError::Other(format!("cannot start a maintenance thread: {e}")))?;
+        managed_maintenance.insert(i, m);
+    }
     let pool = ReaderPool::start(2, registry.clone());
     let mut shared = Shared::new(
         registry,
@@ -454,6 +636,16 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
     shared.auth = crate::auth::Auth::new(cfg.auth.clone(), cfg.allowed_origins.clone());
     shared.max_connections = cfg.max_connections;
     shared.shard_inboxes = shard_senders.clone();
+    let (control_tx, control_rx) = crate::control::Control::channel();
+    shared.control = Some(control_tx.clone());
+    shared.control_settings = crate::control::http::Settings {
+        on: cfg.auth.is_some() || cfg.control.enabled,
+        auth: cfg.auth.is_some(),
+        max_body_bytes: cfg.control.max_body_bytes,
+    };
+    if cfg.auth.is_none() && cfg.control.enabled {
+        tracing::warn!("[control] enabled without [auth]: any client that reaches the port may create, stop and retire streams over /control/v1");
+    }
     let shared = Arc::new(shared);
     let core_ids = core_affinity::get_core_ids().unwrap_or_default();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -486,6 +678,19 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
             Err(_) => return Err(StartError::Other("a shard thread died at start".into())),
         }
     }
+    let control = crate::control::Control::start(
+        crate::control::Setup {
+            db: control_db,
+            data_dir: data_dir.clone(),
+            s3: cfg.s3.clone(),
+            maintenance: managed_maintenance,
+            body_bytes_max: cfg.control.max_body_bytes,
+        },
+        shared.clone(),
+        control_tx,
+        control_rx,
+    )
+    .map_err(StartError::Other)?;
     Ok(Running {
         addr,
         main_is_tls,
@@ -495,6 +700,7 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         shards,
         writers,
         maintenance,
+        control: Some(control),
         pool,
         shared,
         _lock: lock,
@@ -524,8 +730,12 @@ impl Running {
 
     /// Stops the server: drain publishers, close every connection with 1001, commit what is
     /// queued, join every thread.
-    pub fn shutdown(self) {
+    pub fn shutdown(mut self) {
         self.shared.shutting_down.store(true, Ordering::SeqCst);
+        // first: an operation under way talks to the shards and writers
+        if let Some(c) = self.control.take() {
+            c.stop();
+        }
         for (tx, _) in &self.shards {
             let _ = tx.send(ShardMsg::Shutdown);
         }

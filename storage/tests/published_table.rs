@@ -100,6 +100,7 @@ impl Fixture {
             stream_id: "00000000-0000-4000-8000-000000000001".into(),
             schema_json: Some(self.schema.published()),
             segment_schema: segment_schema(&RowCodec::Schema(self.schema.clone())),
+            retirement: None,
         };
         Publisher::open(&self.dir, layout, info, grace, 1).expect("publisher")
     }
@@ -568,6 +569,7 @@ fn damage_readers_would_hit_is_repaired_or_refused_at_open() {
         stream_id: "00000000-0000-4000-8000-000000000001".into(),
         schema_json: Some(f.schema.published()),
         segment_schema: segment_schema(&RowCodec::Schema(f.schema.clone())),
+        retirement: None,
     };
     let e = Publisher::open(&f.dir, layout, info, Duration::from_secs(600), 1)
         .err()

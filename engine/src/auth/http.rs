@@ -51,6 +51,14 @@ pub fn need(req: &Request) -> Need<'_> {
     if let Some(stream) = crate::ingest::endpoint::wants(path) {
         return Need::On(Action::DataPublish, stream);
     }
+    // the control plane: process-wide grants, on "*" (it creates streams no grant names yet)
+    if crate::control::http::wants(path) {
+        return match req.method.as_str() {
+            "GET" | "HEAD" => Need::Every(Action::ControlRead),
+            _ if crate::control::http::is_migration(path) => Need::Every(Action::ControlMigrate),
+            _ => Need::Every(Action::ControlMutate),
+        };
+    }
     if let Some(rest) = path.strip_prefix("/v1/principals/") {
         if rest.ends_with("/revoke") {
             return Need::Every(Action::ControlMutate);
@@ -460,6 +468,18 @@ mod tests {
             Need::Every(ControlMutate)
         );
         assert_eq!(need(&req("GET", "/nothing/here", &[])), Need::Authenticated);
+        assert_eq!(
+            need(&req("GET", "/control/v1/streams", &[])),
+            Need::Every(ControlRead)
+        );
+        assert_eq!(
+            need(&req("PUT", "/control/v1/streams/a/desired", &[])),
+            Need::Every(ControlMutate)
+        );
+        assert_eq!(
+            need(&req("POST", "/control/v1/streams/a/migrations", &[])),
+            Need::Every(ControlMigrate)
+        );
         assert_eq!(need(&req("POST", "/mcp", &[])), Need::Authenticated);
         assert_eq!(
             need(&req("GET", "/mcp", &[("accept", "text/event-stream")])),

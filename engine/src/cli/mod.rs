@@ -5,6 +5,7 @@
 //! ([`EXIT_CODES_HELP`]).
 
 pub mod credentials;
+pub mod ctl;
 pub mod ingest;
 pub mod input;
 pub mod publish;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use corecast_storage::log::{AppendBatch, BatchOutcome, Buffer, Detached, Mark, PublisherSeq};
 
 use crate::fanout::batch::{FrameBatch, FrameBatchBuilder};
-use crate::registry::{now_us, Registry};
+use crate::registry::{now_us, StreamState, Streams};
 use crate::shard::ShardMsg;
 
 /// Rows one writer folds into one commit at most; the rest wait for the next one.
@@ -47,6 +47,25 @@ pub enum WriterMsg {
         /// What was taken out, or the error's text.
         reply: flume::Sender<Result<Detached, String>>,
     },
+    /// Take over stream `stream`'s log (`None`: a live-only stream), created or started again
+    /// by the control thread; answered on `done` once it is in place.
+    Open {
+        /// Stream index (hashes to this writer).
+        stream: usize,
+        /// The opened log, or `None` for a live-only stream.
+        log: Option<Box<Buffer>>,
+        /// Answered once the writer holds it.
+        done: flume::Sender<()>,
+    },
+    /// Commit what is queued (the stream's writes are fenced before this is sent), then close
+    /// stream `stream`'s log (a stream stopped by the control thread); answered on `done` with
+    /// the frontier it closed at.
+    Close {
+        /// Stream index.
+        stream: usize,
+        /// Answered with the end offset once the log is closed.
+        done: flume::Sender<u64>,
+    },
     /// Commit what is queued, then exit.
     Stop,
 }
@@ -55,6 +74,10 @@ pub enum WriterMsg {
 pub struct Append {
     /// Stream index.
     pub stream: usize,
+    /// The [`Stream::generation`](crate::registry::Stream::generation) the sender checked: a
+    /// frame sent to a stream that was stopped and started again since is refused, never
+    /// committed to the new log (nor counted against its `max_inbound`).
+    pub generation: u64,
     /// The encoded rows back to back; row `i` ends at `ends[i]`.
     pub rows: Vec<u8>,
     /// End positions of the rows in `rows`.
@@ -110,7 +133,7 @@ enum Log {
 pub struct Writer {
     rx: crossbeam_channel::Receiver<WriterMsg>,
     logs: HashMap<usize, Log>,
-    registry: Arc<Registry>,
+    registry: Arc<Streams>,
     shards: Vec<flume::Sender<ShardMsg>>,
 }
 
@@ -120,7 +143,7 @@ impl Writer {
         rx: crossbeam_channel::Receiver<WriterMsg>,
         buffers: Vec<(usize, Buffer)>,
         live: Vec<usize>,
-        registry: Arc<Registry>,
+        registry: Arc<Streams>,
         shards: Vec<flume::Sender<ShardMsg>>,
     ) -> Writer {
         let mut logs = HashMap::new();
@@ -172,6 +195,24 @@ impl Writer {
                         };
                         let _ = reply.send(detached);
                     }
+                    WriterMsg::Open { stream, log, done } => {
+                        let log = match log {
+                            Some(b) => Log::Durable(b),
+                            None => Log::Live { next: 1 },
+                        };
+                        let old = self.logs.insert(stream, log);
+                        assert!(old.is_none(), "stream {stream} opened twice");
+                        let _ = done.send(());
+                    }
+                    WriterMsg::Close { stream, done } => {
+                        self.commit(&mut queued);
+                        let end = match self.logs.remove(&stream) {
+                            Some(Log::Durable(b)) => b.end_offset(),
+                            Some(Log::Live { next }) => next,
+                            None => 0,
+                        };
+                        let _ = done.send(end);
+                    }
                     WriterMsg::Stop => stop = true,
                 }
                 if stop || rows >= MAX_ROWS_PER_COMMIT {
@@ -205,18 +246,43 @@ impl Writer {
     }
 
     fn commit_stream(&mut self, stream: usize, appends: Vec<Append>) {
-        let st = self.registry.streams[stream].clone();
+        let st = self.registry.load().streams[stream].clone();
+        let (appends, stale): (Vec<Append>, Vec<Append>) = appends
+            .into_iter()
+            .partition(|a| a.generation == st.generation);
+        for a in stale {
+            let _ = a.reply.send(AppendReply::CommitFailed(format!(
+                "stream {} was stopped after this frame was checked",
+                st.cfg.name
+            )));
+        }
+        if appends.is_empty() {
+            return;
+        }
         let rows_total: usize = appends.iter().map(|a| a.ends.len()).sum();
         let bytes_total: usize = appends.iter().map(|a| a.rows.len()).sum();
-        let Some(log) = self.logs.get_mut(&stream) else {
+        // the second fence (the publisher checked the state before sending): nothing is
+        // appended to a stream that is not serving
+        let refusal = match (st.state(), self.logs.get(&stream)) {
+            (StreamState::Serving, Some(_)) => None,
+            (StreamState::Serving, None) => Some("has no writer here"),
+            (StreamState::Stopped, _) => Some("is stopped"),
+            (StreamState::Retired, _) => Some("is retired"),
+        };
+        if let Some(why) = refusal {
+            st.inbound.fetch_sub(rows_total, Ordering::AcqRel);
             for a in appends {
                 let _ = a.reply.send(AppendReply::CommitFailed(format!(
-                    "stream {} has no writer here",
+                    "stream {} {why}",
                     st.cfg.name
                 )));
             }
             return;
-        };
+        }
+        let log = self
+            .logs
+            .get_mut(&stream)
+            .expect("checked above: the stream has a log here");
         let mut replies: Vec<AppendReply> = Vec::with_capacity(appends.len());
         let batch: Option<FrameBatch> = match log {
             Log::Live { next } => {

@@ -9,8 +9,9 @@
 //!
 //! The checks, in order, each with its status and `code`: the method (405
 //! `method_not_allowed`), the query (400 `bad_request`), the stream (404 `not_found`), a log
-//! (409 `not_durable`), `ingest=` on a stream that takes no exactly-once publishers (409
-//! `exactly_once_unavailable`), shutdown (503 `shutting_down`); for `POST` then the content
+//! (409 `not_durable`), a stream stopped or (for `POST`) retired over `/control/v1` (409
+//! `stream_stopped`, `stream_retired`), `ingest=` on a stream that takes no exactly-once
+//! publishers (409 `exactly_once_unavailable`), shutdown (503 `shutting_down`); for `POST` then the content
 //! type (415 `unsupported_media_type`), the length (411 `length_required`, 400 `bad_request`
 //! for an empty body, 413 `payload_too_large` over `max_body_bytes`), a place under
 //! `max_concurrent` (503 `busy`), the body within 30 s (408 `request_timeout`); then the rows
@@ -147,7 +148,7 @@ fn check(ctx: &ShardCtx, req: &Request, name: &str, post: bool) -> Result<Ask, V
             "seq= belongs to an ingest id: pass ingest=ID too"
         });
     }
-    let Some(stream) = ctx.shared.registry.get(name).cloned() else {
+    let Some(stream) = ctx.shared.registry.load().get(name).cloned() else {
         return Err(reply::error(
             404,
             "not_found",
@@ -164,6 +165,25 @@ fn check(ctx: &ShardCtx, req: &Request, name: &str, post: bool) -> Result<Ask, V
             ),
             &[],
         ));
+    }
+    match (post, stream.state()) {
+        (_, crate::registry::StreamState::Stopped) => {
+            return Err(reply::error(
+                409,
+                "stream_stopped",
+                &format!("stream {name} is stopped; start it over /control/v1 first"),
+                &[],
+            ))
+        }
+        (true, crate::registry::StreamState::Retired) => {
+            return Err(reply::error(
+                409,
+                "stream_retired",
+                &format!("stream {name} is retired: it takes no more rows (it is still read)"),
+                &[],
+            ))
+        }
+        _ => {}
     }
     if id.is_some() && !stream.cfg.exactly_once {
         return Err(reply::error(
@@ -414,6 +434,7 @@ impl Job {
         let id = self.ingest.as_ref().map(|(id, _)| id.clone());
         let msg = WriterMsg::Append(Append {
             stream: stream.index,
+            generation: stream.generation,
             rows: encoded.rows,
             ends: encoded.ends,
             publisher: self.ingest,

@@ -211,6 +211,7 @@ fn readable(
     }
     ctx.shared
         .registry
+        .load()
         .get(name)
         .cloned()
         .ok_or_else(|| Refused {

@@ -24,7 +24,7 @@ use corecast_storage::log::BufferReader;
 use corecast_storage::tier::ColumnPredicate;
 
 use crate::fanout::batch::{FrameBatch, FrameBatchBuilder};
-use crate::registry::Registry;
+use crate::registry::{Registry, Streams};
 use sealed::{SealedRead, SealedReads};
 
 /// Rows one replay job returns at most (a chunk; the session asks again for the next).
@@ -91,7 +91,7 @@ pub struct ReaderPool {
 
 impl ReaderPool {
     /// Starts `threads` reader threads over `registry`'s durable streams.
-    pub fn start(threads: usize, registry: Arc<Registry>) -> ReaderPool {
+    pub fn start(threads: usize, registry: Arc<Streams>) -> ReaderPool {
         let (tx, rx) = crossbeam_channel::unbounded::<PoolMsg>();
         let sealed = Arc::new(SealedReads::default());
         let threads = (0..threads.max(1))
@@ -128,11 +128,12 @@ impl ReaderPool {
 
 fn reader_loop(
     rx: crossbeam_channel::Receiver<PoolMsg>,
-    registry: Arc<Registry>,
+    registry: Arc<Streams>,
     sealed: Arc<SealedReads>,
 ) {
-    let mut readers: HashMap<usize, BufferReader> = HashMap::new();
+    let mut readers: HashMap<usize, (u64, BufferReader)> = HashMap::new();
     while let Ok(PoolMsg::Job(job)) = rx.recv() {
+        let registry = registry.load();
         // a panic in a read (a library meeting a damaged file) answers this job with an error
         // and leaves the thread serving the others
         let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -160,16 +161,25 @@ fn reader_loop(
 const ATTEMPTS: usize = 4;
 
 fn read(
-    readers: &mut HashMap<usize, BufferReader>,
+    readers: &mut HashMap<usize, (u64, BufferReader)>,
     registry: &Registry,
     sealed: &SealedReads,
     job: &ReplayJob,
 ) -> Result<Replayed, String> {
     let stream = &registry.streams[job.stream];
+    // a reader of an earlier opening of this index (a stream stopped and started again) is
+    // opened afresh
+    if readers
+        .get(&job.stream)
+        .is_some_and(|(generation, _)| *generation != stream.generation)
+    {
+        readers.remove(&job.stream);
+    }
     let reader = match readers.entry(job.stream) {
-        std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+        std::collections::hash_map::Entry::Occupied(o) => &mut o.into_mut().1,
         std::collections::hash_map::Entry::Vacant(v) => {
-            v.insert(BufferReader::open(&stream.dir).map_err(|e| e.to_string())?)
+            let opened = BufferReader::open(&stream.dir).map_err(|e| e.to_string())?;
+            &mut v.insert((stream.generation, opened)).1
         }
     };
     let mut last_hot: Option<Replayed> = None;

@@ -155,6 +155,9 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             let _ = wr.shutdown().await;
             return;
         }
+        if crate::control::http::wants(&req.path) {
+            return Box::pin(crate::control::http::serve(ctx, &req, rd, wr, leftover)).await;
+        }
         if let Some(stream) = crate::ingest::endpoint::wants(&req.path) {
             let stream = stream.to_string();
             return Box::pin(crate::ingest::endpoint::serve(
@@ -218,7 +221,12 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
         return;
     }
     let readable = |s: &str| who.allows(Action::DataRead, s);
-    let intent = route(&name, req.query.as_bytes(), &ctx.shared.registry, &readable);
+    let intent = route(
+        &name,
+        req.query.as_bytes(),
+        &ctx.shared.registry.load(),
+        &readable,
+    );
     let intent = match intent {
         Ok(i) => i,
         Err(r) => return refuse(wr, out, r).await,
@@ -236,7 +244,11 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
     }
     match intent {
         Intent::Publish { stream, publisher } => {
-            let st = ctx.shared.registry.streams[stream].clone();
+            let st = ctx.shared.registry.load().streams[stream].clone();
+            // a retired stream refuses publishers (4410), a stopped one everyone (1001)
+            if let Some((code, reason)) = st.publisher_end() {
+                return refuse(wr, out, Refusal { code, reason }).await;
+            }
             let eo = match publisher {
                 Some(id) => {
                     let claim = st.claim(&id);
@@ -288,7 +300,10 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             offset,
             where_json,
         } => {
-            let st = ctx.shared.registry.streams[stream].clone();
+            let st = ctx.shared.registry.load().streams[stream].clone();
+            if let Some((code, reason)) = st.subscriber_end() {
+                return refuse(wr, out, Refusal { code, reason }).await;
+            }
             let filter = match where_json {
                 None => None,
                 Some(w) => match parse_filter(&st, &w) {
@@ -299,7 +314,8 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             // attach and read the frontier in one step on this thread: no gap, no duplicate
             let signal = Rc::new(Signal::default());
             let head = {
-                let mut hub = ctx.hubs[stream].borrow_mut();
+                let hub_rc = ctx.hub(stream);
+                let mut hub = hub_rc.borrow_mut();
                 hub.attach(&signal);
                 hub.head()
             };
@@ -456,7 +472,7 @@ fn plain_http(ctx: &ShardCtx, req: &Request, name: &str, who: &Identity) -> Vec<
         ("GET" | "HEAD", page) if crate::ui::wants(page) => crate::ui::serve(page),
         (method, page) if crate::ui::wants(page) => crate::ui::not_allowed(method, page),
         // a stream the caller may not read is, to it, no such path
-        _ if ctx.shared.registry.get(name).is_some() && who.allows(Action::DataRead, name) => {
+        _ if ctx.shared.registry.load().get(name).is_some() && who.allows(Action::DataRead, name) => {
             json_error(
             404,
             "not_found",

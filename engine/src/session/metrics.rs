@@ -126,6 +126,7 @@ pub fn render(shared: &Shared, shown: &dyn Fn(&str) -> bool) -> String {
     let text = render_all(shared);
     let hidden: Vec<String> = shared
         .registry
+        .load()
         .streams
         .iter()
         .filter(|s| !shown(&s.cfg.name))
@@ -146,7 +147,8 @@ pub fn render(shared: &Shared, shown: &dyn Fn(&str) -> bool) -> String {
 }
 
 fn render_all(shared: &Shared) -> String {
-    let streams = &shared.registry.streams;
+    let registry = shared.registry.load();
+    let streams = &registry.streams;
     let names: Vec<String> = streams.iter().map(|s| label(&s.cfg.name)).collect();
     let mut o = String::with_capacity(4096 + streams.len() * 2048);
     let per_stream =
@@ -265,7 +267,7 @@ fn render_all(shared: &Shared) -> String {
                 .to_string()
         },
     );
-    tier_metrics(&mut o, shared, &names);
+    tier_metrics(&mut o, &registry, &names);
     family(
         &mut o,
         "corecast_dropped_slow_total",
@@ -398,7 +400,7 @@ fn render_all(shared: &Shared) -> String {
 
 /// The history tiers of durable streams: rows, bytes, segments and offsets per tier, the seal
 /// lag, seals and their failures.
-fn tier_metrics(o: &mut String, shared: &Shared, names: &[String]) {
+fn tier_metrics(o: &mut String, registry: &crate::registry::Registry, names: &[String]) {
     struct Tiers {
         hot: [u64; 3],
         sealed: [u64; 3],
@@ -410,8 +412,7 @@ fn tier_metrics(o: &mut String, shared: &Shared, names: &[String]) {
         publish_lag: (u64, f64),
     }
     let now = crate::registry::now_us();
-    let tiers: Vec<(usize, Tiers)> = shared
-        .registry
+    let tiers: Vec<(usize, Tiers)> = registry
         .streams
         .iter()
         .enumerate()
@@ -504,7 +505,7 @@ fn tier_metrics(o: &mut String, shared: &Shared, names: &[String]) {
             "counter",
             "Parquet segments sealed since start.",
             &|i, _| {
-                shared.registry.streams[i]
+                registry.streams[i]
                     .tiers
                     .seals
                     .load(Ordering::Relaxed)
@@ -516,7 +517,7 @@ fn tier_metrics(o: &mut String, shared: &Shared, names: &[String]) {
             "counter",
             "Seal attempts that failed since start (each retried; the rows stay in the hot log).",
             &|i, _| {
-                shared.registry.streams[i]
+                registry.streams[i]
                     .tiers
                     .seal_failures
                     .load(Ordering::Relaxed)
@@ -534,13 +535,13 @@ fn tier_metrics(o: &mut String, shared: &Shared, names: &[String]) {
     let publishing: Vec<&(usize, Tiers)> = tiers
         .iter()
         .filter(|(i, _)| {
-            shared.registry.streams[*i]
+            registry.streams[*i]
                 .tiers
                 .publishing
                 .load(Ordering::Relaxed)
         })
         .collect();
-    let tier = |i: usize| &shared.registry.streams[i].tiers;
+    let tier = |i: usize| &registry.streams[i].tiers;
     let published: [(&str, &str, &str, Value); 6] = [
         (
             "corecast_published_end_offset",

@@ -127,7 +127,7 @@ pub async fn run(
         state.clone(),
         eo.clone(),
     ));
-    reply_loop(&ctx, wr, &state, eo.as_deref()).await;
+    reply_loop(&ctx, &stream, wr, &state, eo.as_deref()).await;
     // the close frame is out and our side shut: give the peer LINGER to read the last replies
     // and close its side before the socket goes
     let deadline = std::time::Instant::now() + LINGER;
@@ -156,7 +156,11 @@ async fn read_loop(
     eo: Option<Rc<ExactlyOnce>>,
 ) {
     loop {
-        if ctx.shutting_down() || superseded(eo.as_deref()) || state.dead.get() || state.must_end()
+        if ctx.shutting_down()
+            || superseded(eo.as_deref())
+            || state.dead.get()
+            || state.must_end()
+            || stream.publisher_end().is_some()
         {
             break;
         }
@@ -266,10 +270,17 @@ async fn handle_frame(
     while stream.inbound.load(Ordering::Acquire) >= stream.cfg.max_inbound {
         rt::sleep(Duration::from_micros(500)).await;
     }
+    // the control thread fences a stream it stops or retires: no frame is handed over after it
+    // (the writer checks again); this frame is neither committed nor answered, and the
+    // connection closes with the stream's close (1001 or 4410)
+    if stream.publisher_end().is_some() {
+        return None;
+    }
     stream.inbound.fetch_add(n, Ordering::AcqRel);
     let (tx, rx) = flume::bounded(1);
     let msg = WriterMsg::Append(Append {
         stream: stream.index,
+        generation: stream.generation,
         rows: buf,
         ends,
         publisher: eo.zip(seq).map(|(e, s)| (e.id.clone(), s)),
@@ -395,7 +406,13 @@ mod reply {
     }
 }
 
-async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Option<&ExactlyOnce>) {
+async fn reply_loop(
+    ctx: &ShardCtx,
+    stream: &Stream,
+    mut wr: WriteHalf,
+    state: &PubState,
+    eo: Option<&ExactlyOnce>,
+) {
     let mut out: Vec<u8> = Vec::with_capacity(4096);
     loop {
         // keepalive: a ping when the peer has been silent, the close when it stayed silent
@@ -467,11 +484,13 @@ async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Opt
             && (state.reader_done.get()
                 || ctx.shutting_down()
                 || superseded(eo)
-                || state.must_end())
+                || state.must_end()
+                || stream.publisher_end().is_some())
         {
             break;
         }
-        // wake at least every 100 ms to notice a takeover by another shard
+        // wake at least every 100 ms to notice a takeover by another shard, or the control
+        // thread stopping or retiring the stream
         rt::timeout(Duration::from_millis(100), state.replier.wait()).await;
     }
     state.end_reading();
@@ -480,6 +499,8 @@ async fn reply_loop(ctx: &ShardCtx, mut wr: WriteHalf, state: &PubState, eo: Opt
     } else if let Some(end) = state.guard.as_ref().and_then(Guard::ending) {
         let (code, reason) = end.close();
         (code, reason.to_string())
+    } else if let Some(end) = stream.publisher_end() {
+        end
     } else if let Some(c) = state.close.borrow_mut().take() {
         c
     } else if ctx.shutting_down() {

@@ -165,12 +165,17 @@ pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, client: Client<'_>) -> Op
         )));
     }
     let q = Query::parse(req.query.as_bytes());
-    let reg = &ctx.shared.registry;
+    let reg = ctx.shared.registry.load();
     let parts: Vec<&str> = rest.split('/').collect();
-    let find = |name: &str| {
-        reg.get(name)
-            .cloned()
-            .ok_or_else(|| err(404, "not_found", &format!("no such stream: {name}")))
+    let find = |name: &str| match reg.get(name) {
+        None => Err(err(404, "not_found", &format!("no such stream: {name}"))),
+        // its log is closed while it is stopped; start it over /control/v1 to read it
+        Some(st) if st.subscriber_end().is_some() => Err(err(
+            409,
+            "stream_stopped",
+            &format!("stream {name} is stopped; start it over /control/v1 to read it"),
+        )),
+        Some(st) => Ok(st.clone()),
     };
     let allowed: Option<&[&str]> = match parts.as_slice() {
         [""] | [_] | [_, ""] => Some(&[]),
@@ -220,9 +225,8 @@ fn respond(r: Result<Vec<u8>, Refused>) -> Vec<u8> {
 /// The catalog, `{"streams":[entry,…]}`: the streams `who` may read (`data.read`).
 pub fn catalog(ctx: &ShardCtx, who: &crate::auth::Identity) -> String {
     let mut body = String::from("{\"streams\":[");
-    let readable = ctx
-        .shared
-        .registry
+    let registry = ctx.shared.registry.load();
+    let readable = registry
         .streams
         .iter()
         .filter(|st| who.allows(crate::auth::Action::DataRead, &st.cfg.name));
@@ -388,10 +392,11 @@ async fn read_window(
         w.next < to
     };
     while w.next < to && w.n() < limit && w.examined < scan && !w.full() {
-        let base = ctx.hubs[st.index].borrow().base();
+        let base = ctx.hub(st.index).borrow().base();
         if w.next >= base || !st.durable() {
             w.next = w.next.max(base);
-            let hub = ctx.hubs[st.index].borrow();
+            let hub_rc = ctx.hub(st.index);
+            let hub = hub_rc.borrow();
             for b in hub.batches_from(w.next) {
                 if !visit(&mut w, b) {
                     break;
@@ -458,7 +463,8 @@ pub async fn latest(ctx: &ShardCtx, st: &Stream, limit: usize) -> Result<Vec<u8>
         return Err(over_limit(limit));
     }
     let (head, base) = {
-        let hub = ctx.hubs[st.index].borrow();
+        let hub_rc = ctx.hub(st.index);
+        let hub = hub_rc.borrow();
         (hub.head(), hub.base())
     };
     let floor = if st.durable() {
@@ -623,7 +629,7 @@ pub async fn rows(
         caller: &caller,
     };
     let key = cursor::key();
-    let head0 = ctx.hubs[st.index].borrow().head();
+    let head0 = ctx.hub(st.index).borrow().head();
     let earliest = st.earliest.load(Ordering::Acquire).min(head0).max(1);
     let mut next =
         match (ask.cursor.filter(|c| !c.is_empty()), ask.from) {
@@ -680,7 +686,7 @@ pub async fn rows(
                 "this principal's session ended while the poll waited (revoked or expired)",
             ));
         }
-        let head = ctx.hubs[st.index].borrow().head();
+        let head = ctx.hub(st.index).borrow().head();
         let w = if next < head && limit > 0 {
             let keep = Keep::Oldest;
             read_window(ctx, st, next, head, filter.as_ref(), limit, scan, keep).await?
@@ -720,11 +726,11 @@ pub async fn rows(
         // nothing new: wait for a commit (attach first, then look again: no lost wake-up)
         let s = signal.get_or_insert_with(|| {
             let s = Rc::new(Signal::default());
-            ctx.hubs[st.index].borrow_mut().attach(&s);
+            ctx.hub(st.index).borrow_mut().attach(&s);
             ctx.register(&s);
             s
         });
-        if ctx.hubs[st.index].borrow().head() > next {
+        if ctx.hub(st.index).borrow().head() > next {
             continue;
         }
         // ...while watching the connection: a client that goes frees its slot at once
@@ -737,7 +743,7 @@ pub async fn rows(
             return Ok(Polled::ClientGone);
         }
     };
-    let head = ctx.hubs[st.index].borrow().head();
+    let head = ctx.hub(st.index).borrow().head();
     let next_cursor = key.sign(&binding, w.next, now_s());
     let mut body = Vec::with_capacity(w.bytes + w.n() + 256);
     let status = if missing.is_some() { "gap" } else { "ok" };

@@ -20,7 +20,8 @@
 //! The stream sends `retry:` first, comment pings on idle streams (jittered between
 //! `sse.ping_min_ms` and `sse.ping_max_ms`), and ends with `event: end` + `data: {"reason":…}`:
 //! `max_age` (after `sse.max_age_s`), `shutdown`, `behind` (fell more than `max_backlog` rows
-//! behind; counted in dropped_slow), `revoked` (reserved). Open streams are capped per process
+//! behind; counted in dropped_slow), `stream_stopped` (stopped over `/control/v1`), `revoked`
+//! (reserved). Open streams are capped per process
 //! (`sse.max_streams`) and per client address (`sse.max_per_client`): above either, 503 with
 //! `Retry-After: 30`.
 
@@ -183,7 +184,7 @@ pub fn wants<'a>(ctx: &ShardCtx, req: &Request, name: &'a str) -> Option<&'a str
     let accepts = req
         .headers_all("accept")
         .any(|v| v.to_ascii_lowercase().contains("text/event-stream"));
-    (accepts && ctx.shared.registry.get(name).is_some()).then_some(name)
+    (accepts && ctx.shared.registry.load().get(name).is_some()).then_some(name)
 }
 
 /// Where a stream starts.
@@ -325,7 +326,7 @@ pub async fn serve(
     let error = |status: u16, code: &str, message: &str, retry: bool| {
         crate::auth::origin::apply_cors(error(status, code, message, retry), cors.as_deref())
     };
-    let Some(st) = ctx.shared.registry.get(name).cloned() else {
+    let Some(st) = ctx.shared.registry.load().get(name).cloned() else {
         let body = error(404, "not_found", &format!("no such stream: {name}"), false);
         let _ = wr.write_all(body).await;
         let _ = wr.shutdown().await;
@@ -404,7 +405,8 @@ pub async fn serve(
     // attach and read the frontier in one step on this thread: no gap, no duplicate
     let signal = Rc::new(Signal::default());
     let head = {
-        let mut hub = ctx.hubs[st.index].borrow_mut();
+        let hub_rc = ctx.hub(st.index);
+        let mut hub = hub_rc.borrow_mut();
         hub.attach(&signal);
         hub.head()
     };
@@ -535,12 +537,17 @@ async fn run(
         if let Some(end) = guard.and_then(|g| g.ending()) {
             return Some(end.sse_reason());
         }
+        // stopped over /control/v1 (a retired stream is still read)
+        if st.subscriber_end().is_some() {
+            return Some("stream_stopped");
+        }
         let now = Instant::now();
         if now >= deadline {
             return Some("max_age");
         }
         let (head, base) = {
-            let hub = ctx.hubs[st.index].borrow();
+            let hub_rc = ctx.hub(st.index);
+            let hub = hub_rc.borrow();
             (hub.head(), hub.base())
         };
         if head.saturating_sub(next.max(replay_end)) > st.cfg.max_backlog {
@@ -594,7 +601,8 @@ async fn run(
                 }
             } else {
                 next = next.max(base);
-                let hub = ctx.hubs[st.index].borrow();
+                let hub_rc = ctx.hub(st.index);
+                let hub = hub_rc.borrow();
                 for b in hub.batches_from(next) {
                     let (n, e) = gather(b, Rendering::Sse, next, filter, &mut fv);
                     next = n;

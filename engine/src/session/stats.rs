@@ -39,11 +39,8 @@ pub fn render(shared: &Shared, shown: &dyn Fn(&str) -> bool) -> String {
         let _ = write!(s, "{sep}\"{code}\":{n}");
     }
     s.push_str("},\"streams\":[");
-    let visible = shared
-        .registry
-        .streams
-        .iter()
-        .filter(|st| shown(&st.cfg.name));
+    let registry = shared.registry.load();
+    let visible = registry.streams.iter().filter(|st| shown(&st.cfg.name));
     for (i, st) in visible.enumerate() {
         if i > 0 {
             s.push(',');
@@ -109,6 +106,7 @@ pub fn render(shared: &Shared, shown: &dyn Fn(&str) -> bool) -> String {
 fn process_started_us(shared: &Shared) -> i64 {
     shared
         .registry
+        .load()
         .streams
         .iter()
         .map(|s| s.started_us)

@@ -176,12 +176,17 @@ async fn serve(
         if let Some((code, _)) = state.peer_close.get() {
             return Some((code, String::new()));
         }
+        // the control thread stopped the stream (a retired one is still read)
+        if let Some(end) = stream.subscriber_end() {
+            return Some(end);
+        }
         // shutdown: between writes, so the peer never sees half a frame
         if ctx.readers_must_close(next < start.replay_end) {
             return Some((1001, "server shutting down".into()));
         }
         let (head, base) = {
-            let hub = ctx.hubs[stream.index].borrow();
+            let hub_rc = ctx.hub(stream.index);
+            let hub = hub_rc.borrow();
             (hub.head(), hub.base())
         };
         let lag_from = next.max(start.replay_end);
@@ -193,7 +198,8 @@ async fn serve(
                 let upto = lag_from + max_backlog;
                 let mut frames = 0u64;
                 {
-                    let hub = ctx.hubs[stream.index].borrow();
+                    let hub_rc = ctx.hub(stream.index);
+                    let hub = hub_rc.borrow();
                     for b in hub.batches_from(next) {
                         if next >= upto {
                             break;
@@ -318,7 +324,8 @@ async fn serve(
                     _ => return Some((1011, "stream unavailable".into())),
                 }
             } else {
-                let hub = ctx.hubs[stream.index].borrow();
+                let hub_rc = ctx.hub(stream.index);
+                let hub = hub_rc.borrow();
                 for b in hub.batches_from(next) {
                     let (n, f) = gather(b, Rendering::WebSocket, next, filter, &mut fv);
                     next = n;

@@ -21,7 +21,7 @@ use crate::config::KeepaliveConfig;
 use crate::fanout::batch::FrameBatch;
 use crate::fanout::ring::Hub;
 use crate::fanout::signal::Signal;
-use crate::registry::Registry;
+use crate::registry::Streams;
 use crate::replay::ReplaySender;
 use crate::session::conn;
 
@@ -46,14 +46,33 @@ pub enum ShardMsg {
     },
     /// Stop accepting, drain publishers, close every connection with 1001.
     Shutdown,
-    /// Wake every long-lived session to look at its state (a principal was revoked).
+    /// Wake every long-lived session to look at its state (a principal was revoked, a stream
+    /// was stopped or retired).
     Wake,
+    /// Give stream `stream` a fresh hub whose head is `head` (a stream created or started
+    /// again by the control thread), then answer on `done`. Sent before the stream is put in
+    /// the registry, so no session looks for a hub this shard does not have yet.
+    Hub {
+        /// Stream index: an existing one (replaced) or the next one (added).
+        stream: usize,
+        /// The frontier the hub starts at.
+        head: u64,
+        /// The hub's retention in frames.
+        retain: usize,
+        /// Answered once the hub is in place.
+        done: flume::Sender<()>,
+    },
+}
+
+/// How many frames a stream's hub keeps: twice `max_backlog`, at least 65,536.
+pub fn hub_retain(max_backlog: u64) -> usize {
+    (max_backlog as usize).saturating_mul(2).max(65_536)
 }
 
 /// State every thread shares.
 pub struct Shared {
-    /// The streams.
-    pub registry: Arc<Registry>,
+    /// The streams (the current snapshot: [`Streams::load`]).
+    pub registry: Arc<Streams>,
     /// One sender per writer thread.
     pub writers: Vec<crossbeam_channel::Sender<WriterMsg>>,
     /// The reader pool's job queue.
@@ -75,8 +94,13 @@ pub struct Shared {
     pub max_connections: Option<u64>,
     /// Connections past the gate, all shards (what `max_connections` caps).
     pub admitted: AtomicI64,
-    /// Every shard's inbox, to wake their sessions ([`ShardMsg::Wake`]).
+    /// Every shard's inbox, to wake their sessions ([`ShardMsg::Wake`]) and to give them a
+    /// stream's hub ([`ShardMsg::Hub`]).
     pub shard_inboxes: Vec<flume::Sender<ShardMsg>>,
+    /// The control thread's queue (`crate::control`); `None` until it runs.
+    pub control: Option<crossbeam_channel::Sender<crate::control::ControlMsg>>,
+    /// Whether `/control/v1` is served, and its body limit.
+    pub control_settings: crate::control::http::Settings,
     /// The CPUs the process may run on (`cpus` of `/stats`), read once at start-up by the
     /// thread that starts the server, before any shard pins itself to one core (a pinned
     /// thread sees exactly one).
@@ -87,7 +111,7 @@ pub struct Shared {
 impl Shared {
     /// Bundles the shared state.
     pub fn new(
-        registry: Arc<Registry>,
+        registry: Arc<Streams>,
         writers: Vec<crossbeam_channel::Sender<WriterMsg>>,
         replay: ReplaySender,
         echo: bool,
@@ -106,6 +130,12 @@ impl Shared {
             max_connections: None,
             admitted: AtomicI64::new(0),
             shard_inboxes: Vec::new(),
+            control: None,
+            control_settings: crate::control::http::Settings {
+                on: false,
+                auth: false,
+                max_body_bytes: 0,
+            },
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             driver: AtomicU8::new(0),
         }
@@ -139,14 +169,26 @@ pub struct ShardCtx {
     pub index: usize,
     /// What every thread shares.
     pub shared: Arc<Shared>,
-    /// One hub per stream, by stream index.
-    pub hubs: Vec<RefCell<Hub>>,
+    /// One hub per stream, by stream index (a stream created at run time adds one).
+    hubs: RefCell<Vec<Rc<RefCell<Hub>>>>,
     sessions: RefCell<Vec<Weak<Signal>>>,
     shutting_down: Cell<bool>,
     drain_started: Cell<Option<Instant>>,
 }
 
 impl ShardCtx {
+    /// The hub of stream `stream`. Every stream in the registry has one on every shard (the
+    /// control thread adds it before it puts the stream in the registry).
+    pub fn hub(&self, stream: usize) -> Rc<RefCell<Hub>> {
+        let hubs = self.hubs.borrow();
+        assert!(
+            stream < hubs.len(),
+            "stream {stream} has no hub on shard {}",
+            self.index
+        );
+        hubs[stream].clone()
+    }
+
     /// Whether this shard is shutting down.
     pub fn shutting_down(&self) -> bool {
         self.shutting_down.get()
@@ -247,20 +289,19 @@ pub fn run(setup: ShardSetup) {
                 }
             }
         }
-        let hubs = shared
-            .registry
+        let registry = shared.registry.load();
+        assert_eq!(registry.streams.len(), heads.len(), "one head per stream");
+        let hubs = registry
             .streams
             .iter()
             .zip(heads)
-            .map(|(s, h)| {
-                let retain = (s.cfg.max_backlog as usize).saturating_mul(2).max(65_536);
-                RefCell::new(Hub::new(h, retain))
-            })
+            .map(|(s, h)| Rc::new(RefCell::new(Hub::new(h, hub_retain(s.cfg.max_backlog)))))
             .collect();
+        drop(registry);
         let ctx = Rc::new(ShardCtx {
             index,
             shared,
-            hubs,
+            hubs: RefCell::new(hubs),
             sessions: RefCell::new(Vec::new()),
             shutting_down: Cell::new(false),
             drain_started: Cell::new(None),
@@ -326,7 +367,26 @@ async fn inbox_loop(ctx: &Rc<ShardCtx>, inbox: flume::Receiver<ShardMsg>) {
         };
         match msg {
             Some(Ok(ShardMsg::Batch { stream, batch })) => {
-                ctx.hubs[stream].borrow_mut().push(batch);
+                ctx.hub(stream).borrow_mut().push(batch);
+            }
+            Some(Ok(ShardMsg::Hub {
+                stream,
+                head,
+                retain,
+                done,
+            })) => {
+                let hub = Rc::new(RefCell::new(Hub::new(head, retain)));
+                let mut hubs = ctx.hubs.borrow_mut();
+                assert!(stream <= hubs.len(), "stream indexes are dense");
+                if stream == hubs.len() {
+                    hubs.push(hub);
+                } else {
+                    // the stream's sessions ended when it stopped; a straggler still attached
+                    // to the old hub finds its stream stopped and closes
+                    hubs[stream] = hub;
+                }
+                drop(hubs);
+                let _ = done.send(());
             }
             Some(Ok(ShardMsg::Wake)) => ctx.raise_all(),
             Some(Ok(ShardMsg::Shutdown)) | Some(Err(_)) => {

@@ -141,6 +141,18 @@ impl PublishJob {
         let Some(p) = self.publisher.as_mut() else {
             return Ok(false);
         };
+        // retired over /control/v1: the stream metadata records it (version 3, `retirement`);
+        // kept in `info` so a reopened publisher writes it again
+        if st.state() == crate::registry::StreamState::Retired && self.info.retirement.is_none() {
+            let retirement = corecast_storage::published::Retirement {
+                at_us: st.retired_at_us.load(Ordering::SeqCst),
+                end_offset: st.end.load(Ordering::Acquire),
+            };
+            p.retire(retirement)
+                .map_err(|e| format!("recording the retirement: {e}"))?;
+            self.info.retirement = Some(retirement);
+            tracing::info!(stream = %st.cfg.name, end_offset = retirement.end_offset, "the stream metadata records the retirement");
+        }
         let mut more = false;
         // retention first, so nothing expired is published
         if let Some(retention) = st.cfg.retention {

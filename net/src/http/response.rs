@@ -12,6 +12,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
     match status {
         101 => "Switching Protocols",
         200 => "OK",
+        202 => "Accepted",
         204 => "No Content",
         304 => "Not Modified",
         400 => "Bad Request",
@@ -30,6 +31,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
         414 => "URI Too Long",
         415 => "Unsupported Media Type",
         416 => "Range Not Satisfiable",
+        422 => "Unprocessable Content",
         426 => "Upgrade Required",
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",

@@ -84,13 +84,15 @@ pub fn system_schema() -> Value {
     })
 }
 
-/// The stream metadata v2 document (PUBLISHED.md §3.2), full form.
+/// The stream metadata document (PUBLISHED.md §3.2), full form: version 2, or 3 with its
+/// `retirement` once the stream is retired.
 pub fn stream_metadata(
     layout: &Layout,
     stream_id: &str,
     schema_json: Option<&str>,
     start_offset: u64,
     start_ts: Option<i64>,
+    retirement: Option<&super::table::Retirement>,
 ) -> Value {
     let schema = schema_json
         .and_then(|s| serde_json::from_str::<Value>(s).ok())
@@ -106,14 +108,25 @@ pub fn stream_metadata(
     if let Some(ts) = start_ts {
         live["start_ts"] = json!(ts);
     }
-    json!({
+    let mut doc = json!({
         "streamcast_metadata": 2,
         "stream": layout.stream,
         "stream_id": stream_id,
         "sealed_logs": [],
         "live_log": live,
         "manifest": null,
-    })
+    });
+    if let Some(r) = retirement {
+        doc["streamcast_metadata"] = json!(3);
+        doc["retirement"] = json!({
+            "at": r.at_us,
+            "end_offset": r.end_offset,
+            "sort_by": [],
+            "start_ts": null,
+            "end_ts": null,
+        });
+    }
+    doc
 }
 
 #[cfg(test)]
@@ -132,10 +145,19 @@ mod tests {
             l.metadata_hint_uri(),
             format!("file://{d}/trades.metadata/version-hint.text")
         );
-        let m = stream_metadata(&l, "id-1", Some(r#"{"type":"object"}"#), 1, None);
+        let m = stream_metadata(&l, "id-1", Some(r#"{"type":"object"}"#), 1, None, None);
         assert_eq!(m["live_log"]["published"], json!(l.published));
         assert_eq!(m["live_log"]["schema"], json!({"type":"object"}));
         assert_eq!(m["streamcast_metadata"], json!(2));
+        assert!(m.get("retirement").is_none());
+        let r = crate::published::Retirement {
+            at_us: 1_796_081_823_413_501,
+            end_offset: 9,
+        };
+        let m = stream_metadata(&l, "id-1", None, 1, None, Some(&r));
+        assert_eq!(m["streamcast_metadata"], json!(3));
+        assert_eq!(m["retirement"]["at"], json!(1_796_081_823_413_501i64));
+        assert_eq!(m["retirement"]["end_offset"], json!(9));
     }
 
     #[test]

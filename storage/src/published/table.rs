@@ -80,6 +80,17 @@ pub struct StreamInfo {
     pub schema_json: Option<String>,
     /// The sealed segments' Arrow schema, field ids included.
     pub segment_schema: SchemaRef,
+    /// Set once the stream is retired: the stream metadata then says so (version 3).
+    pub retirement: Option<Retirement>,
+}
+
+/// That a stream is retired (PUBLISHED.md §3.2, `retirement` of stream metadata version 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retirement {
+    /// When, µs since the epoch.
+    pub at_us: i64,
+    /// One past its last row.
+    pub end_offset: u64,
 }
 
 /// A sealed segment to publish.
@@ -935,6 +946,7 @@ impl Publisher {
             self.info.schema_json.as_deref(),
             start,
             start_ts,
+            self.info.retirement.as_ref(),
         );
         let text = serde_json::to_string_pretty(&doc)
             .map_err(|e| PublishError::Encode(format!("the stream metadata: {e}")))?;
@@ -983,6 +995,13 @@ impl Publisher {
             home.delete(key)?;
         }
         Ok(())
+    }
+
+    /// Records that the stream is retired: a new stream metadata version (3) with its
+    /// `retirement`. Nothing is written when it already says so.
+    pub fn retire(&mut self, retirement: Retirement) -> Result<(), PublishError> {
+        self.info.retirement = Some(retirement);
+        self.ensure_stream_metadata()
     }
 
     /// Deletes what no kept version names, where the commit that dropped it is older than the

@@ -1,0 +1,180 @@
+//! Bringing a managed stream to its desired state on the running broker, on the control
+//! thread. Neighbour streams are never touched: only this stream's log, writer entry, hubs,
+//! sessions and maintenance thread change.
+//!
+//! - **activate** (create, start, a replaced declaration): open the log ([`open_stream`]), hand
+//!   it to the owning writer, give every shard a hub at its frontier, then put the stream in the
+//!   registry (so no session finds it before its hub exists), then start its maintenance thread;
+//! - **deactivate** (stop): fence its writes ([`StreamState::Stopped`]: publishers check it
+//!   before they hand a frame over, and the writer refuses appends to a stream not serving),
+//!   wake every session (its subscribers and publishers close with 1001 `stream stopping`),
+//!   stop its maintenance thread, and have the writer commit what is queued and close the log;
+//!   the data stays;
+//! - **retire**: publishers are refused with 4410 from then on (a connected one is closed with
+//!   it), subscribers keep reading; terminal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{decl, ControlThread};
+use crate::commit::writer::WriterMsg;
+use crate::registry::{Stream, StreamState};
+use crate::server::{open_stream, shell_stream, OpenAs};
+use crate::shard::{hub_retain, ShardMsg};
+use crate::tier::maintenance::{Maintenance, TierJob};
+
+/// How long the control thread waits for a writer or a shard to take a change.
+const TAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl ControlThread {
+    /// Brings stream `row.name` to `row.desired` with `row.declaration`.
+    pub(crate) fn converge(&mut self, row: &super::db::Row) -> Result<(), String> {
+        let value: serde_json::Value = serde_json::from_str(&row.declaration)
+            .map_err(|e| format!("the stored declaration does not parse: {e}"))?;
+        let cfg = decl::parse(&row.name, &value)
+            .map_err(|e| format!("the stored declaration is refused: {e:?}"))?
+            .cfg;
+        let registry = self.shared.registry.load();
+        let current = registry.get(&row.name).cloned();
+        drop(registry);
+        // compared as JSON values: the stored text is the canonical form of the same function
+        let same_cfg = |st: &Stream| decl::canonical(&st.cfg) == value;
+        match (current, row.desired) {
+            (None, StreamState::Stopped) => {
+                let index = self.shared.registry.load().streams.len();
+                let writers = self.shared.writers.len();
+                let shell = shell_stream(&cfg, index, &self.data_dir, writers)?;
+                self.hubs(index, 0, cfg.max_backlog)?;
+                self.shared.registry.install(shell);
+                Ok(())
+            }
+            (None, to) => self.activate(None, &cfg, to),
+            (Some(st), StreamState::Stopped) => {
+                if st.state() != StreamState::Stopped {
+                    self.deactivate(&st)?;
+                }
+                Ok(())
+            }
+            (Some(st), to) => match st.state() {
+                StreamState::Retired => {
+                    assert_eq!(to, StreamState::Retired, "retired is terminal");
+                    Ok(())
+                }
+                StreamState::Stopped => self.activate(Some(st.index), &cfg, to),
+                StreamState::Serving if !same_cfg(&st) => {
+                    self.deactivate(&st)?;
+                    self.activate(Some(st.index), &cfg, to)
+                }
+                StreamState::Serving => {
+                    if to == StreamState::Retired {
+                        st.set_state(StreamState::Retired);
+                        // connected publishers see it on their next frame or wake-up (4410)
+                        self.shared.wake_all_sessions();
+                    }
+                    Ok(())
+                }
+            },
+        }
+    }
+
+    /// Gives every shard a fresh hub for stream `index` at `head`, and waits until each has it.
+    fn hubs(&self, index: usize, head: u64, max_backlog: u64) -> Result<(), String> {
+        let mut waits = Vec::with_capacity(self.shared.shard_inboxes.len());
+        for inbox in &self.shared.shard_inboxes {
+            let (done, rx) = flume::bounded(1);
+            inbox
+                .send(ShardMsg::Hub {
+                    stream: index,
+                    head,
+                    retain: hub_retain(max_backlog),
+                    done,
+                })
+                .map_err(|_| "a shard has stopped".to_string())?;
+            waits.push(rx);
+        }
+        for rx in waits {
+            rx.recv_timeout(TAKE_TIMEOUT)
+                .map_err(|_| "a shard did not take the stream's hub in 30 s".to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Opens stream `cfg` at `index` (`None`: the next index) in state `to`.
+    fn activate(
+        &mut self,
+        index: Option<usize>,
+        cfg: &crate::config::StreamConfig,
+        to: StreamState,
+    ) -> Result<(), String> {
+        assert!(
+            to != StreamState::Stopped,
+            "a stopped stream is not activated"
+        );
+        let index = index.unwrap_or_else(|| self.shared.registry.load().streams.len());
+        let how = OpenAs {
+            index,
+            data_dir: &self.data_dir,
+            writers: self.shared.writers.len(),
+            s3: &self.s3,
+            managed: true,
+            state: to,
+            retired_at_us: if to == StreamState::Retired {
+                crate::registry::now_us()
+            } else {
+                0
+            },
+        };
+        let opened = open_stream(cfg, &how)?;
+        let stream = opened.stream.clone();
+        let writer = self.shared.writers[stream.writer].clone();
+        let (done, rx) = flume::bounded(1);
+        writer
+            .send(WriterMsg::Open {
+                stream: index,
+                log: opened.log.map(Box::new),
+                done,
+            })
+            .map_err(|_| "the stream's writer has stopped".to_string())?;
+        rx.recv_timeout(TAKE_TIMEOUT)
+            .map_err(|_| "the writer did not take the stream's log in 30 s".to_string())?;
+        self.hubs(index, opened.head, cfg.max_backlog)?;
+        self.shared.registry.install(stream.clone());
+        if let Some((index_db, reader, publish)) = opened.tier {
+            let job = TierJob::new(stream.clone(), index_db, reader, writer, publish);
+            match Maintenance::start(vec![job], 1) {
+                Ok(m) => {
+                    self.maintenance.insert(index, m);
+                }
+                // the stream serves; its history is not sealed until it is started again
+                Err(e) => {
+                    tracing::error!(stream = %cfg.name, "cannot start a maintenance thread: {e}")
+                }
+            }
+        }
+        tracing::info!(stream = %cfg.name, index, state = to.as_str(), "stream opened");
+        Ok(())
+    }
+
+    /// Stops stream `st`: fence, close its sessions, stop its maintenance, drain and close
+    /// its log.
+    fn deactivate(&mut self, st: &Arc<Stream>) -> Result<(), String> {
+        assert!(st.managed, "only managed streams are stopped at run time");
+        st.set_state(StreamState::Stopped);
+        self.shared.wake_all_sessions();
+        if let Some(m) = self.maintenance.remove(&st.index) {
+            m.stop();
+        }
+        let (done, rx) = flume::bounded(1);
+        self.shared.writers[st.writer]
+            .send(WriterMsg::Close {
+                stream: st.index,
+                done,
+            })
+            .map_err(|_| "the stream's writer has stopped".to_string())?;
+        let end = rx
+            .recv_timeout(TAKE_TIMEOUT)
+            .map_err(|_| "the writer did not close the stream's log in 30 s".to_string())?;
+        tracing::info!(stream = %st.cfg.name, end_offset = end, "stream stopped");
+        Ok(())
+    }
+}
