@@ -266,6 +266,14 @@ pub struct StreamConfig {
     pub evict_after: EvictAfter,
     /// How long published files no kept version names stay before they are deleted.
     pub published_grace: Duration,
+    /// Key columns of a keyed stream (`key = ["symbol"]`); empty: not keyed.
+    pub key: Vec<String>,
+    /// `remove_when`: a `where=`-style JSON object; a row that matches removes its key.
+    pub remove_when: Option<String>,
+    /// Entities a keyed stream's state holds at most.
+    pub max_keys: usize,
+    /// How often a keyed stream's state is checkpointed (when it moved).
+    pub checkpoint_every: Duration,
 }
 
 impl StreamConfig {
@@ -292,6 +300,10 @@ impl StreamConfig {
             },
             evict_after: EvictAfter::Published,
             published_grace: DEFAULT_PUBLISHED_GRACE,
+            key: Vec::new(),
+            remove_when: None,
+            max_keys: DEFAULT_MAX_KEYS,
+            checkpoint_every: DEFAULT_CHECKPOINT_EVERY,
         }
     }
 }
@@ -391,6 +403,69 @@ struct RawStream {
     published: Option<String>,
     evict_after: Option<String>,
     published_grace_s: Option<i64>,
+    key: Option<Vec<String>>,
+    remove_when: Option<toml::Value>,
+    max_keys: Option<i64>,
+    checkpoint_every_s: Option<i64>,
+}
+
+/// Entities a keyed stream's state holds unless `max_keys` says otherwise.
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
+/// How often a keyed stream's state is checkpointed unless `checkpoint_every_s` says otherwise.
+pub const DEFAULT_CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
+
+/// The keyed-state keys of one stream (`key`, `remove_when`, `max_keys`, `checkpoint_every_s`):
+/// `Err((key, why))`. The key columns are checked against the schema at start-up
+/// (`state::spec_for`), where the schema is compiled.
+fn keyed_keys(s: &RawStream, sc: &mut StreamConfig) -> Result<(), (&'static str, String)> {
+    let needs_key = |key: &'static str| -> Result<(), (&'static str, String)> {
+        if s.key.is_none() {
+            return Err((key, "set on a stream without key = [...]: only a keyed stream keeps state".into()));
+        }
+        Ok(())
+    };
+    if let Some(cols) = &s.key {
+        if cols.is_empty() {
+            return Err(("key", "an empty list: name one or more columns, e.g. key = [\"symbol\"]".into()));
+        }
+        for (i, c) in cols.iter().enumerate() {
+            if cols[..i].contains(c) {
+                return Err(("key", format!("column {c:?} is named twice")));
+            }
+        }
+        if !sc.durable {
+            return Err(("key", "a keyed stream needs a log (its state is recovered from it): set durable = true or drop key".into()));
+        }
+        sc.key = cols.clone();
+    }
+    if let Some(v) = &s.remove_when {
+        needs_key("remove_when")?;
+        let text = match v {
+            toml::Value::String(t) => t.clone(),
+            toml::Value::Table(_) => serde_json::to_string(v).map_err(|e| ("remove_when", e.to_string()))?,
+            other => {
+                return Err(("remove_when", format!("{other} is not a table of column = value(s) such as {{ action = [\"C\"] }} (or that JSON object as a string)")))
+            }
+        };
+        sc.remove_when = Some(text);
+    }
+    if let Some(n) = s.max_keys {
+        needs_key("max_keys")?;
+        let max: i64 = 1 << 30;
+        if !(1..=max).contains(&n) {
+            return Err(("max_keys", format!("{n} is outside 1..={max} (the default is {DEFAULT_MAX_KEYS})")));
+        }
+        sc.max_keys = n as usize;
+    }
+    if let Some(n) = s.checkpoint_every_s {
+        needs_key("checkpoint_every_s")?;
+        if !(1..=86_400).contains(&n) {
+            return Err(("checkpoint_every_s", format!("{n} is outside 1..=86400 seconds (the default is {})", DEFAULT_CHECKPOINT_EVERY.as_secs())));
+        }
+        sc.checkpoint_every = Duration::from_secs(n as u64);
+    }
+    Ok(())
 }
 
 /// Parses a `published` value (`key` names it in errors).
@@ -543,7 +618,7 @@ impl Config {
             None => None,
         };
         let mut streams = Vec::new();
-        for (i, s) in raw.stream.into_iter().enumerate() {
+        for (i, mut s) in raw.stream.into_iter().enumerate() {
             let k = |f: &str| format!("stream[{i}].{f}");
             if !valid_stream_name(&s.name) {
                 return Err(err(
@@ -578,7 +653,7 @@ impl Config {
                     "exactly-once needs a log: set durable = true or drop exactly_once".into(),
                 ));
             }
-            match s.max_replay {
+            match s.max_replay.take() {
                 None => {}
                 Some(toml::Value::String(v)) if v == "unlimited" => sc.max_replay = None,
                 Some(toml::Value::Integer(n)) if n >= 0 => sc.max_replay = Some(n as u64),
@@ -713,6 +788,7 @@ impl Config {
                 }
                 sc.published_grace = Duration::from_secs(n as u64);
             }
+            keyed_keys(&s, &mut sc).map_err(|(key, why)| err(&k(key), why))?;
             streams.push(sc);
         }
         if streams.is_empty() {

@@ -110,6 +110,8 @@ pub struct Stream {
     pub started_us: i64,
     /// The sealed tier and the hot log's extent (durable streams; empty for live ones).
     pub tiers: crate::tier::TierState,
+    /// The keyed state's handle (`key = [...]` streams only).
+    pub keyed: Option<crate::state::Keyed>,
 }
 
 impl Stream {

@@ -89,6 +89,7 @@ pub struct Running {
         std::thread::JoinHandle<()>,
     )>,
     maintenance: Maintenance,
+    state_threads: Vec<(Arc<Stream>, std::thread::JoinHandle<()>)>,
     pool: ReaderPool,
     shared: Arc<Shared>,
     _lock: File,
@@ -379,6 +380,13 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
             Some(s) => RowCodec::Schema(s.clone()),
             None => RowCodec::Schemaless,
         };
+        let keyed = if sc.key.is_empty() {
+            None
+        } else {
+            let spec = crate::state::spec_for(sc, schema.as_ref()).map_err(&serr)?;
+            tracing::info!(stream = %sc.name, key = ?sc.key, remove_when = ?sc.remove_when, max_keys = sc.max_keys, "keyed: the latest row per key is kept (?state)");
+            Some(crate::state::Keyed::new(sc, spec, end))
+        };
         streams.push(Arc::new(Stream {
             index,
             cfg: sc.clone(),
@@ -397,6 +405,7 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
             claims: Mutex::new(Default::default()),
             started_us: now_us(),
             tiers,
+            keyed,
         }));
         if let Some(job) = tier_index {
             tier_jobs.push((index, job));
@@ -433,6 +442,12 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
     let maintenance = Maintenance::start(jobs, (cores / 4).max(1))
         .map_err(|e| StartError::Other(format!("cannot start a maintenance thread: {e}")))?;
     let pool = ReaderPool::start(2, registry.clone());
+    let mut state_threads = Vec::new();
+    for st in registry.streams.iter().filter(|s| s.keyed.is_some()) {
+        let h = crate::state::start(st.clone(), pool.sender())
+            .map_err(|e| StartError::Other(format!("cannot start a state thread: {e}")))?;
+        state_threads.push((st.clone(), h));
+    }
     let mut shared = Shared::new(
         registry,
         writer_senders,
@@ -495,6 +510,7 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         shards,
         writers,
         maintenance,
+        state_threads,
         pool,
         shared,
         _lock: lock,
@@ -538,6 +554,16 @@ impl Running {
             let _ = tx.send(WriterMsg::Stop);
         }
         for (_, h) in self.writers {
+            let _ = h.join();
+        }
+        // after the writers: every committed batch is in the state inboxes; each thread folds
+        // them and writes its last checkpoint
+        for (st, _) in &self.state_threads {
+            if let Some(k) = &st.keyed {
+                k.stop();
+            }
+        }
+        for (_, h) in self.state_threads {
             let _ = h.join();
         }
         drop(self.shared);
