@@ -421,13 +421,19 @@ pub const DEFAULT_CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
 fn keyed_keys(s: &RawStream, sc: &mut StreamConfig) -> Result<(), (&'static str, String)> {
     let needs_key = |key: &'static str| -> Result<(), (&'static str, String)> {
         if s.key.is_none() {
-            return Err((key, "set on a stream without key = [...]: only a keyed stream keeps state".into()));
+            return Err((
+                key,
+                "set on a stream without key = [...]: only a keyed stream keeps state".into(),
+            ));
         }
         Ok(())
     };
     if let Some(cols) = &s.key {
         if cols.is_empty() {
-            return Err(("key", "an empty list: name one or more columns, e.g. key = [\"symbol\"]".into()));
+            return Err((
+                "key",
+                "an empty list: name one or more columns, e.g. key = [\"symbol\"]".into(),
+            ));
         }
         for (i, c) in cols.iter().enumerate() {
             if cols[..i].contains(c) {
@@ -454,14 +460,23 @@ fn keyed_keys(s: &RawStream, sc: &mut StreamConfig) -> Result<(), (&'static str,
         needs_key("max_keys")?;
         let max: i64 = 1 << 30;
         if !(1..=max).contains(&n) {
-            return Err(("max_keys", format!("{n} is outside 1..={max} (the default is {DEFAULT_MAX_KEYS})")));
+            return Err((
+                "max_keys",
+                format!("{n} is outside 1..={max} (the default is {DEFAULT_MAX_KEYS})"),
+            ));
         }
         sc.max_keys = n as usize;
     }
     if let Some(n) = s.checkpoint_every_s {
         needs_key("checkpoint_every_s")?;
         if !(1..=86_400).contains(&n) {
-            return Err(("checkpoint_every_s", format!("{n} is outside 1..=86400 seconds (the default is {})", DEFAULT_CHECKPOINT_EVERY.as_secs())));
+            return Err((
+                "checkpoint_every_s",
+                format!(
+                    "{n} is outside 1..=86400 seconds (the default is {})",
+                    DEFAULT_CHECKPOINT_EVERY.as_secs()
+                ),
+            ));
         }
         sc.checkpoint_every = Duration::from_secs(n as u64);
     }

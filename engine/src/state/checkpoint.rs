@@ -38,7 +38,10 @@ pub fn path(dir: &Path) -> PathBuf {
 /// Writes `state` as the checkpoint (temp file, `fsync`, rename, directory `fsync`); returns
 /// the bytes written.
 pub fn write(dir: &Path, id: &Identity, state: &StateMap) -> std::io::Result<u64> {
-    assert!(!state.incomplete(), "an incomplete state is never checkpointed");
+    assert!(
+        !state.incomplete(),
+        "an incomplete state is never checkpointed"
+    );
     let header = sonic_rs::to_string(&sonic_rs::json!({
         "stream_id": id.stream_id,
         "key": id.key,

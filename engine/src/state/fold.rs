@@ -150,14 +150,13 @@ impl StateMap {
     }
 
     /// A state as a checkpoint recorded it.
-    pub fn from_entries(
-        position: u64,
-        max_keys: usize,
-        entries: BTreeMap<Key, Entry>,
-    ) -> StateMap {
+    pub fn from_entries(position: u64, max_keys: usize, entries: BTreeMap<Key, Entry>) -> StateMap {
         let mut m = StateMap::new(position, max_keys);
         for e in entries.values() {
-            assert!(e.version < position, "an entity's version is below the state's position");
+            assert!(
+                e.version < position,
+                "an entity's version is below the state's position"
+            );
         }
         m.row_bytes = entries.values().map(|e| e.row.len()).sum();
         m.incomplete = entries.len() > max_keys;
@@ -206,7 +205,10 @@ impl StateMap {
 
     /// Folds the row at `offset`, which must be the state's position.
     pub fn apply(&mut self, spec: &KeySpec, offset: u64, ts_us: i64, row: &[u8]) -> Applied {
-        assert_eq!(offset, self.position, "rows are folded in offset order, none skipped");
+        assert_eq!(
+            offset, self.position,
+            "rows are folded in offset order, none skipped"
+        );
         self.position = offset + 1;
         let key = match spec.key_of(row) {
             Ok(k) => k,
@@ -350,12 +352,24 @@ mod tests {
     fn at_max_keys_a_new_key_is_refused_and_the_state_is_incomplete() {
         let s = spec(&["k"], Some(r#"{"gone":true}"#));
         let mut m = StateMap::new(1, 2);
-        assert_eq!(m.apply(&s, 1, 0, br#"{"k":1,"gone":false}"#), Applied::Inserted);
-        assert_eq!(m.apply(&s, 2, 0, br#"{"k":2,"gone":false}"#), Applied::Inserted);
+        assert_eq!(
+            m.apply(&s, 1, 0, br#"{"k":1,"gone":false}"#),
+            Applied::Inserted
+        );
+        assert_eq!(
+            m.apply(&s, 2, 0, br#"{"k":2,"gone":false}"#),
+            Applied::Inserted
+        );
         assert!(!m.incomplete());
         // a known key still updates at the limit
-        assert_eq!(m.apply(&s, 3, 0, br#"{"k":2,"gone":false}"#), Applied::Updated);
-        assert_eq!(m.apply(&s, 4, 0, br#"{"k":3,"gone":false}"#), Applied::Refused);
+        assert_eq!(
+            m.apply(&s, 3, 0, br#"{"k":2,"gone":false}"#),
+            Applied::Updated
+        );
+        assert_eq!(
+            m.apply(&s, 4, 0, br#"{"k":3,"gone":false}"#),
+            Applied::Refused
+        );
         assert!(m.incomplete());
         assert_eq!(m.len(), 2);
         assert_eq!(m.position(), 5);
@@ -391,8 +405,14 @@ mod tests {
                 found: "null"
             })
         );
-        assert!(matches!(m.apply(&s, 2, 0, br#"{"j":1}"#), Applied::NoKey(_)));
-        assert!(matches!(m.apply(&s, 3, 0, br#"{"k":1.5}"#), Applied::NoKey(_)));
+        assert!(matches!(
+            m.apply(&s, 2, 0, br#"{"j":1}"#),
+            Applied::NoKey(_)
+        ));
+        assert!(matches!(
+            m.apply(&s, 3, 0, br#"{"k":1.5}"#),
+            Applied::NoKey(_)
+        ));
         assert!(m.is_empty());
         assert_eq!(m.position(), 4);
     }
@@ -407,7 +427,10 @@ mod tests {
 
     #[test]
     fn the_ts_of_a_payload() {
-        assert_eq!(payload_ts(br#"[12,1700000000000001,{"a":1}]"#), Some(1_700_000_000_000_001));
+        assert_eq!(
+            payload_ts(br#"[12,1700000000000001,{"a":1}]"#),
+            Some(1_700_000_000_000_001)
+        );
         assert_eq!(payload_ts(br#"[12,-3,{"a":1}]"#), Some(-3));
         assert_eq!(payload_ts(b"{}"), None);
     }

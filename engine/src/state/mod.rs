@@ -248,32 +248,30 @@ pub fn spec_for(cfg: &StreamConfig, schema: Option<&Schema>) -> Result<KeySpec, 
         }
         match col.ty() {
             ColumnType::Boolean | ColumnType::Int32 | ColumnType::Int64 | ColumnType::Utf8 => {}
-            other => {
-                return Err(format!(
-                    "key column {c:?} is of type {}; a key column is a boolean, an integer or a string",
-                    match other {
-                        ColumnType::Float32 | ColumnType::Float64 => "number (floating point)",
-                        ColumnType::Binary { .. } => "binary",
-                        _ => other.json_type(),
-                    }
-                ))
-            }
+            other => return Err(format!(
+                "key column {c:?} is of type {}; a key column is a boolean, an integer or a string",
+                match other {
+                    ColumnType::Float32 | ColumnType::Float64 => "number (floating point)",
+                    ColumnType::Binary { .. } => "binary",
+                    _ => other.json_type(),
+                }
+            )),
         }
     }
-    let remove_when = match &cfg.remove_when {
-        None => None,
-        Some(text) => {
-            let lookup = |c: &str| match schema.column(c) {
-                None => ColumnLookup::Unknown,
-                Some((_, col)) if col.is_filterable() => ColumnLookup::Scalar,
-                Some(_) => ColumnLookup::NotScalar,
-            };
-            Some(
-                Filter::parse(text, Some(&lookup))
-                    .map_err(|e| format!("remove_when: {}", e.replacen("where=", "", 1)))?,
-            )
-        }
-    };
+    let remove_when =
+        match &cfg.remove_when {
+            None => None,
+            Some(text) => {
+                let lookup = |c: &str| match schema.column(c) {
+                    None => ColumnLookup::Unknown,
+                    Some((_, col)) if col.is_filterable() => ColumnLookup::Scalar,
+                    Some(_) => ColumnLookup::NotScalar,
+                };
+                Some(Filter::parse(text, Some(&lookup)).map_err(|e| {
+                    format!("remove_when: {}", e.strip_prefix("where= ").unwrap_or(&e))
+                })?)
+            }
+        };
     Ok(KeySpec {
         columns: cfg.key.clone(),
         remove_when,
@@ -364,7 +362,11 @@ impl Thread {
         let name = self.st.cfg.name.clone();
         let k = self.st.keyed.as_ref().expect("keyed");
         let end = k.opened_end;
-        let earliest = self.st.earliest.load(Ordering::Acquire).clamp(1, end.max(1));
+        let earliest = self
+            .st
+            .earliest
+            .load(Ordering::Acquire)
+            .clamp(1, end.max(1));
         let began = Instant::now();
         let from_checkpoint = match checkpoint::read(&self.st.dir, &self.id, k.max_keys) {
             Ok(Some(m)) if m.position() <= end => {
