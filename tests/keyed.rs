@@ -19,7 +19,7 @@ mod support;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use sonic_rs::{JsonValueTrait, Value};
+use sonic_rs::{JsonContainerTrait, JsonValueTrait, Value};
 use support::*;
 
 const SYMBOLS: [&str; 5] = ["BTCUSDT", "ETHUSDT", "SOLUSDT", "BNBUSDT", "XRPUSDT"];
@@ -457,10 +457,205 @@ fn state_requests_a_keyed_stream_and_no_offset() {
     assert!(reason.contains("state and offset"), "{reason}");
     let r = http_get(server.addr, "/plain/events?state");
     assert_eq!(r.status, 400);
+    let r = http_get(server.addr, "/v1/streams/plain/state");
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"].as_str(), Some("not_keyed"));
     // an empty keyed stream: an empty snapshot, replay [1, 1], then live
     let (greeting, mut ws) = state_sub(&server, "trades", "");
     assert_eq!(greeting["end_offset"].as_u64(), Some(1));
     assert_eq!(greeting["replay"][0].as_u64(), Some(1));
     publish_batch(&server, "trades", &trade_lines()[..1]);
     assert_eq!(offset_of(&recv_text(&mut ws)), 1);
+}
+
+/// A copy of the collection as a reader of `/state` and `/changes` keeps it: key → (version,
+/// row), the higher version winning.
+type Copy = HashMap<String, (u64, String)>;
+
+fn state_read(server: &Server, stream: &str, where_q: &str) -> (Copy, String, Vec<String>) {
+    let mut copy = Copy::new();
+    let mut keys_in_order = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let r = http_get(
+            server.addr,
+            &format!("/v1/streams/{stream}/state?limit=500{where_q}{cursor}"),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        let entities = v["entities"].as_array().expect("entities");
+        assert!(entities.len() <= 500);
+        for e in entities.iter() {
+            let key = sonic_rs::to_string(&e["key"]).unwrap();
+            keys_in_order.push(key.clone());
+            let version = e["version"].as_u64().expect("version");
+            let row = sonic_rs::to_string(&e["row"]).unwrap();
+            assert!(
+                copy.insert(key, (version, row)).is_none(),
+                "an entity twice"
+            );
+        }
+        match v["next_cursor"].as_str() {
+            Some(c) => {
+                assert!(v["token"].is_null());
+                cursor = format!("&cursor={c}");
+            }
+            None => {
+                return (
+                    copy,
+                    v["token"].as_str().expect("a token").to_string(),
+                    keys_in_order,
+                )
+            }
+        }
+    }
+}
+
+/// Applies `/changes` from `token` until nothing is new; returns the last token.
+fn apply_changes(server: &Server, stream: &str, copy: &mut Copy, mut token: String) -> String {
+    loop {
+        let r = http_get(
+            server.addr,
+            &format!("/v1/streams/{stream}/changes?token={token}&limit=500"),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        let changes = v["changes"].as_array().expect("changes");
+        let mut last = 0;
+        for c in changes.iter() {
+            let key = sonic_rs::to_string(&c["key"]).unwrap();
+            let version = c["version"].as_u64().expect("version");
+            assert!(version >= last, "changes in offset order");
+            last = version;
+            match c["op"].as_str() {
+                Some("upsert") => {
+                    let row = sonic_rs::to_string(&c["row"]).unwrap();
+                    let newer = copy.get(&key).is_none_or(|(v, _)| *v < version);
+                    if newer {
+                        copy.insert(key, (version, row));
+                    }
+                }
+                Some("remove") => {
+                    assert!(matches!(
+                        c["why"].as_str(),
+                        Some("removed" | "left_selection")
+                    ));
+                    copy.remove(&key);
+                }
+                other => panic!("op {other:?}"),
+            }
+        }
+        token = v["token"].as_str().expect("a token").to_string();
+        if changes.is_empty() {
+            return token;
+        }
+    }
+}
+
+/// The fold as the copy a reader must end up with.
+fn fold_copy(expected: &[String], key: &dyn Fn(&Value) -> String) -> Copy {
+    expected
+        .iter()
+        .map(|f| {
+            let row = row_of(f);
+            (
+                format!("[{}]", key_json_of(&row, key)),
+                (offset_of(f), sonic_rs::to_string(&row).unwrap()),
+            )
+        })
+        .collect()
+}
+
+fn key_json_of(row: &Value, key: &dyn Fn(&Value) -> String) -> String {
+    let k = key(row);
+    if k.parse::<i64>().is_ok() {
+        k
+    } else {
+        sonic_rs::to_string(&k).unwrap()
+    }
+}
+
+#[test]
+fn state_windows_then_changes_keep_a_copy_equal_to_the_fold() {
+    let setup = Setup::new();
+    let server = Server::start(Some(&mbo_config(&setup, "")), &setup.data(), &[]);
+    let lines = mbo_lines();
+    let n = 12_000;
+    publish_all(&server, "mbo", &lines[..n]);
+    let (mut copy, token, order) = state_read(&server, "mbo", "");
+    let frames = all_frames(&server, "mbo", n);
+    let expected = fold(&frames, &mbo_key, &mbo_removes, &everything);
+    assert!(
+        expected.len() > 500,
+        "more than one window: {}",
+        expected.len()
+    );
+    assert_eq!(copy, fold_copy(&expected, &mbo_key));
+    let ids: Vec<i64> = order
+        .iter()
+        .map(|k| k.trim_matches(['[', ']']).parse().unwrap())
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "windows in key order");
+    // more rows: adds, modifies, cancels and fills; the changes bring the copy up to date
+    publish_all(&server, "mbo", &lines[n..n + 8000]);
+    let token = apply_changes(&server, "mbo", &mut copy, token);
+    let frames = all_frames(&server, "mbo", n + 8000);
+    let expected = fold(&frames, &mbo_key, &mbo_removes, &everything);
+    assert_eq!(copy, fold_copy(&expected, &mbo_key));
+    // a selection: bids only; an order whose latest row stops being a bid leaves it
+    let bids_q = "&where=%7B%22side%22%3A%22B%22%7D";
+    let (mut bids, bid_token, _) = state_read(&server, "mbo", bids_q);
+    let is_bid = |r: &Value| r["side"].as_str() == Some("B");
+    assert_eq!(
+        bids,
+        fold_copy(&fold(&frames, &mbo_key, &mbo_removes, &is_bid), &mbo_key)
+    );
+    publish_all(&server, "mbo", &lines[n + 8000..n + 10_000]);
+    let bid_token = apply_changes(&server, "mbo", &mut bids, bid_token);
+    let frames = all_frames(&server, "mbo", n + 10_000);
+    assert_eq!(
+        bids,
+        fold_copy(&fold(&frames, &mbo_key, &mbo_removes, &is_bid), &mbo_key)
+    );
+    // a token is refused for another selection, and a window cursor for another where=
+    let asks = http_get(
+        server.addr,
+        &format!("/v1/streams/mbo/changes?token={bid_token}&where=%7B%22side%22%3A%22A%22%7D"),
+    );
+    assert_eq!(asks.status, 400, "{}", asks.text());
+    assert_eq!(asks.json()["error"]["code"].as_str(), Some("token_invalid"));
+    let first = http_get(
+        server.addr,
+        &format!("/v1/streams/mbo/state?limit=2{bids_q}"),
+    )
+    .json();
+    let c = first["next_cursor"].as_str().expect("a cursor").to_string();
+    let other = http_get(
+        server.addr,
+        &format!("/v1/streams/mbo/state?limit=2&cursor={c}"),
+    );
+    assert_eq!(other.status, 400);
+    assert_eq!(
+        other.json()["error"]["code"].as_str(),
+        Some("cursor_invalid")
+    );
+    let as_token = http_get(server.addr, &format!("/v1/streams/mbo/changes?token={c}"));
+    assert_eq!(
+        as_token.status, 400,
+        "a window cursor is not a change token"
+    );
+    assert!(http_get(server.addr, "/v1/streams/mbo/state?limit=501").status == 400);
+    // the whole-state token still works; then a restart recovered from a checkpoint newer
+    // than it: removals before that checkpoint are no longer known, so it has expired
+    let _ = apply_changes(&server, "mbo", &mut copy, token.clone());
+    assert_eq!(server.stop(), Some(0));
+    let server = Server::start(Some(&mbo_config(&setup, "")), &setup.data(), &[]);
+    let r = http_get(
+        server.addr,
+        &format!("/v1/streams/mbo/changes?token={token}"),
+    );
+    assert_eq!(r.status, 410, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"].as_str(), Some("token_expired"));
+    let r = http_get(server.addr, "/v1/streams/nope/state");
+    assert_eq!(r.status, 404, "no such stream");
 }

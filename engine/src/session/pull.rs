@@ -117,7 +117,7 @@ pub struct Refused {
 }
 
 impl Refused {
-    fn new(status: u16, code: &'static str, message: impl Into<String>) -> Refused {
+    pub(crate) fn new(status: u16, code: &'static str, message: impl Into<String>) -> Refused {
         Refused {
             status,
             code,
@@ -176,6 +176,8 @@ pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, client: Client<'_>) -> Op
         [""] | [_] | [_, ""] => Some(&[]),
         [_, "latest"] => Some(&["limit"]),
         [_, "rows"] => Some(&["cursor", "limit", "wait", "where", "from"]),
+        [_, "state"] => Some(&["cursor", "limit", "where"]),
+        [_, "changes"] => Some(&["token", "limit", "where"]),
         _ => None, // no endpoint: the 404 below says so, whatever the query
     };
     if let Some(detail) = allowed.and_then(|a| super::route::unknown_params_listed(&q, a)) {
@@ -205,9 +207,32 @@ pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, client: Client<'_>) -> Op
             },
             Err(e) => e,
         },
+        [name, what @ ("state" | "changes")] => match find(name) {
+            Ok(st) => {
+                let caller = caller_of(client.peer, client.who);
+                let r = if *what == "state" {
+                    crate::state::http::window(&st, &q, &caller).await
+                } else {
+                    crate::state::http::changes(&st, &q, &caller).await
+                };
+                respond(r)
+            }
+            Err(e) => e,
+        },
         _ => err(404, "not_found", &format!("no endpoint at {path}")),
     };
     Some(Answer::Respond(resp))
+}
+
+/// Whom a cursor is bound to: the client's address, and the principal when there is one (a
+/// cursor issued to one principal is refused to another, even from the same address).
+pub(crate) fn caller_of(peer: Option<IpAddr>, who: &crate::auth::Identity) -> String {
+    let mut caller = peer.map(|p| p.to_string()).unwrap_or_default();
+    if let Some(name) = who.name() {
+        caller.push('\n');
+        caller.push_str(name);
+    }
+    caller
 }
 
 fn respond(r: Result<Vec<u8>, Refused>) -> Vec<u8> {
@@ -274,7 +299,7 @@ fn entry(st: &Stream, o: &mut String) {
     );
 }
 
-fn parse_limit(q: &Query, default: usize) -> Result<usize, Refused> {
+pub(crate) fn parse_limit(q: &Query, default: usize) -> Result<usize, Refused> {
     match q.get("limit") {
         None => Ok(default),
         Some(v) => match v.trim().parse::<u64>() {
@@ -503,7 +528,7 @@ impl std::fmt::Write for Bytes<'_> {
     }
 }
 
-fn now_s() -> u64 {
+pub(crate) fn now_s() -> u64 {
     (now_us() / 1_000_000).max(0) as u64
 }
 
@@ -610,12 +635,7 @@ pub async fn rows(
             Err(detail) => return Err(Refused::new(400, "bad_request", detail)),
         },
     };
-    let mut caller = peer.map(|p| p.to_string()).unwrap_or_default();
-    if let Some(name) = who.name() {
-        // a cursor issued to one principal is refused to another, even from the same address
-        caller.push('\n');
-        caller.push_str(name);
-    }
+    let caller = caller_of(peer, who);
     let binding = Binding {
         stream: &st.cfg.name,
         stream_id: st.stream_id.as_deref().unwrap_or(""),

@@ -134,6 +134,14 @@ pub struct StateMap {
     incomplete: bool,
     /// Summed row bytes of the entities.
     row_bytes: usize,
+    /// Keys removed by `remove_when`, with the removing row's offset (for `/changes`), at
+    /// most `max_keys`; the oldest go first.
+    tombstones: BTreeMap<Key, u64>,
+    /// The same tombstones by offset.
+    tombstones_by_offset: BTreeMap<u64, Key>,
+    /// Changes from this offset on are all known: removals below it may have been forgotten
+    /// (the state was built or recovered here, or tombstones were dropped at the bound).
+    changes_floor: u64,
 }
 
 impl StateMap {
@@ -146,6 +154,9 @@ impl StateMap {
             max_keys,
             incomplete: false,
             row_bytes: 0,
+            tombstones: BTreeMap::new(),
+            tombstones_by_offset: BTreeMap::new(),
+            changes_floor: position,
         }
     }
 
@@ -218,6 +229,7 @@ impl StateMap {
             return match self.entries.remove(&key) {
                 Some(old) => {
                     self.row_bytes -= old.row.len();
+                    self.tombstone(key, offset);
                     Applied::Removed
                 }
                 None => Applied::RemovedAbsent,
@@ -241,11 +253,107 @@ impl StateMap {
             }
             None => {
                 self.row_bytes += entry.row.len();
+                if let Some(at) = self.tombstones.remove(&key) {
+                    self.tombstones_by_offset.remove(&at);
+                }
                 self.entries.insert(key, entry);
                 debug_assert!(self.entries.len() <= self.max_keys);
                 Applied::Inserted
             }
         }
+    }
+
+    fn tombstone(&mut self, key: Key, offset: u64) {
+        if let Some(at) = self.tombstones.insert(key.clone(), offset) {
+            self.tombstones_by_offset.remove(&at);
+        }
+        self.tombstones_by_offset.insert(offset, key);
+        while self.tombstones.len() > self.max_keys {
+            let (at, k) = self
+                .tombstones_by_offset
+                .pop_first()
+                .expect("as many tombstones by offset as by key");
+            self.tombstones.remove(&k);
+            // a reader whose token is at or below `at` could miss this removal
+            self.changes_floor = self.changes_floor.max(at + 1);
+        }
+        debug_assert_eq!(self.tombstones.len(), self.tombstones_by_offset.len());
+    }
+
+    /// The lowest offset a `/changes` token may hold: every removal from it on is known.
+    pub fn changes_floor(&self) -> u64 {
+        self.changes_floor
+    }
+
+    /// Up to `limit` entities passing `filter` in key order after `after` (from the first
+    /// without it), stopping early once their rows reach `bytes_max`; and whether any passing
+    /// entity is left after them.
+    pub fn window(
+        &self,
+        filter: Option<&Filter>,
+        after: Option<&[u8]>,
+        limit: usize,
+        bytes_max: usize,
+    ) -> (Vec<(&Key, &Entry)>, bool) {
+        use std::ops::Bound;
+        let lower = match after {
+            Some(k) => Bound::Excluded(k),
+            None => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        let mut it = self
+            .entries
+            .range::<[u8], _>((lower, Bound::Unbounded))
+            .filter(|(_, e)| filter.is_none_or(|f| f.matches(&e.row)));
+        for (k, e) in it.by_ref() {
+            out.push((k, e));
+            bytes += e.row.len();
+            if out.len() >= limit || bytes >= bytes_max {
+                break;
+            }
+        }
+        let more = it.next().is_some();
+        (out, more)
+    }
+
+    /// What changed for a reader of the selection `filter` that holds the state as of
+    /// `since` (every row below it): up to `limit` changes in offset order, and the offset a
+    /// reader holding them is at. `None` when `since` is below [`StateMap::changes_floor`] or
+    /// past the position (the reader must read the state again).
+    pub fn changes(
+        &self,
+        filter: Option<&Filter>,
+        since: u64,
+        limit: usize,
+    ) -> Option<(Vec<Change<'_>>, u64)> {
+        if since < self.changes_floor || since > self.position {
+            return None;
+        }
+        let mut out: Vec<Change<'_>> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.version >= since)
+            .map(|(k, e)| {
+                if filter.is_none_or(|f| f.matches(&e.row)) {
+                    Change::Upsert(k, e)
+                } else {
+                    Change::Left(k, e.version)
+                }
+            })
+            .collect();
+        out.extend(
+            self.tombstones_by_offset
+                .range(since..)
+                .map(|(at, k)| Change::Removed(k, *at)),
+        );
+        out.sort_unstable_by_key(Change::offset);
+        if out.len() > limit {
+            out.truncate(limit);
+            let next = out.last().map_or(since, |c| c.offset() + 1);
+            return Some((out, next));
+        }
+        Some((out, self.position))
     }
 
     /// The entities whose row passes `filter`, in version (offset) order.
@@ -268,6 +376,78 @@ impl StateMap {
     pub fn get(&self, key: &[u8]) -> Option<&Entry> {
         self.entries.get(key)
     }
+}
+
+/// One change since a reader's token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change<'a> {
+    /// The key's latest row is in the selection.
+    Upsert(&'a Key, &'a Entry),
+    /// The key's latest row (at this version) is no longer in the selection.
+    Left(&'a Key, u64),
+    /// The key was removed (`remove_when`) by the row at this offset.
+    Removed(&'a Key, u64),
+}
+
+impl Change<'_> {
+    /// The offset of the row that made the change.
+    pub fn offset(&self) -> u64 {
+        match self {
+            Change::Upsert(_, e) => e.version,
+            Change::Left(_, v) | Change::Removed(_, v) => *v,
+        }
+    }
+}
+
+/// The key's values as a JSON array (`[6412777162812]`, `["BTCUSDT"]`, `[true,"a"]`).
+pub fn key_json(key: &[u8], out: &mut Vec<u8>) {
+    out.push(b'[');
+    let mut i = 0;
+    let mut first = true;
+    while i < key.len() {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        match key[i] {
+            TAG_FALSE => {
+                out.extend_from_slice(b"false");
+                i += 1;
+            }
+            TAG_TRUE => {
+                out.extend_from_slice(b"true");
+                i += 1;
+            }
+            TAG_INT => {
+                let raw: [u8; 16] = key[i + 1..i + 17].try_into().expect("16 bytes");
+                let v = (u128::from_be_bytes(raw) ^ (1u128 << 127)) as i128;
+                out.extend_from_slice(v.to_string().as_bytes());
+                i += 17;
+            }
+            TAG_STR => {
+                let mut bytes = Vec::new();
+                let mut j = i + 1;
+                loop {
+                    match (key[j], key.get(j + 1)) {
+                        (0, Some(0)) => break,
+                        (0, Some(0xff)) => {
+                            bytes.push(0);
+                            j += 2;
+                        }
+                        (b, _) => {
+                            bytes.push(b);
+                            j += 1;
+                        }
+                    }
+                }
+                let s = String::from_utf8(bytes).expect("a key string is UTF-8");
+                corecast_storage::schema::write_json_str(out, &s);
+                i = j + 2;
+            }
+            t => unreachable!("key tag {t:#x}: keys are built by KeySpec::key_of"),
+        }
+    }
+    out.push(b']');
 }
 
 /// The commit timestamp of a data frame's payload `[offset,ts,row]` (as the writer and the
@@ -392,6 +572,92 @@ mod tests {
         assert!(k2(br#"{"a":"x","b":2}"#) < k2(br#"{"a":"x","b":10}"#));
         assert!(k2(br#"{"a":"x","b":99}"#) < k2(br#"{"a":"y","b":0}"#));
         assert_ne!(k2(br#"{"a":"x","b":1}"#), k2(br#"{"a":"x","b":2}"#));
+    }
+
+    #[test]
+    fn keys_render_back_as_their_values() {
+        let s = spec(&["a", "b", "c"], None);
+        let k = s.key_of(br#"{"a":-12,"b":"x\"\u0000y","c":true}"#).unwrap();
+        let mut out = Vec::new();
+        key_json(&k, &mut out);
+        assert_eq!(out, br#"[-12,"x\"\u0000y",true]"#);
+    }
+
+    #[test]
+    fn windows_go_in_key_order_and_never_repeat_an_entity() {
+        let s = spec(&["k"], None);
+        let mut m = StateMap::new(1, 100);
+        for (i, k) in [5, 3, 9, 1, 7].iter().enumerate() {
+            m.apply(&s, 1 + i as u64, 0, format!(r#"{{"k":{k}}}"#).as_bytes());
+        }
+        let (w1, more) = m.window(None, None, 2, usize::MAX);
+        assert!(more);
+        let keys = |w: &[(&Key, &Entry)]| {
+            w.iter()
+                .map(|(_, e)| String::from_utf8(e.row.to_vec()).unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys(&w1), [r#"{"k":1}"#, r#"{"k":3}"#]);
+        let last: Key = w1[1].0.clone();
+        // an update between windows does not move an entity across the boundary
+        m.apply(&s, 6, 0, br#"{"k":1}"#);
+        let (w2, more) = m.window(None, Some(&last), 10, usize::MAX);
+        assert!(!more);
+        assert_eq!(keys(&w2), [r#"{"k":5}"#, r#"{"k":7}"#, r#"{"k":9}"#]);
+    }
+
+    #[test]
+    fn changes_since_a_token_hold_upserts_removals_and_departures() {
+        let s = spec(&["k"], Some(r#"{"gone":true}"#));
+        let any = |_: &str| ColumnLookup::Scalar;
+        let pending = Filter::parse(r#"{"status":"pending"}"#, Some(&any)).unwrap();
+        let mut m = StateMap::new(1, 100);
+        m.apply(&s, 1, 0, br#"{"k":1,"status":"pending","gone":false}"#);
+        m.apply(&s, 2, 0, br#"{"k":2,"status":"pending","gone":false}"#);
+        m.apply(&s, 3, 0, br#"{"k":3,"status":"pending","gone":false}"#);
+        let token = m.position();
+        m.apply(&s, 4, 0, br#"{"k":1,"status":"filled","gone":false}"#);
+        m.apply(&s, 5, 0, br#"{"k":2,"status":"x","gone":true}"#);
+        m.apply(&s, 6, 0, br#"{"k":4,"status":"pending","gone":false}"#);
+        let (changes, next) = m.changes(Some(&pending), token, 10).unwrap();
+        assert_eq!(next, 7);
+        let got: Vec<(&str, u64)> = changes
+            .iter()
+            .map(|c| match c {
+                Change::Upsert(_, e) => ("upsert", e.version),
+                Change::Left(_, v) => ("left", *v),
+                Change::Removed(_, v) => ("removed", *v),
+            })
+            .collect();
+        assert_eq!(got, [("left", 4), ("removed", 5), ("upsert", 6)]);
+        // cut at a limit: the next token resumes after the last change sent
+        let (first, next) = m.changes(Some(&pending), token, 2).unwrap();
+        assert_eq!(first.len(), 2);
+        assert_eq!(next, 6);
+        let (rest, next) = m.changes(Some(&pending), next, 2).unwrap();
+        assert_eq!(rest.len(), 1);
+        assert_eq!(next, 7);
+        // a token from before the state was built is refused
+        let m2 = StateMap::new(10, 4);
+        assert!(m2.changes(None, 9, 10).is_none());
+        assert!(m2.changes(None, 11, 10).is_none(), "ahead of the state");
+    }
+
+    #[test]
+    fn tombstones_are_bounded_and_raise_the_changes_floor() {
+        let s = spec(&["k"], Some(r#"{"gone":true}"#));
+        let mut m = StateMap::new(1, 2);
+        let mut o = 1;
+        for k in 0..3 {
+            m.apply(&s, o, 0, format!(r#"{{"k":{k},"gone":false}}"#).as_bytes());
+            o += 1;
+            m.apply(&s, o, 0, format!(r#"{{"k":{k},"gone":true}}"#).as_bytes());
+            o += 1;
+        }
+        // three removals at offsets 2, 4, 6 with room for two: the one at 2 is forgotten
+        assert_eq!(m.changes_floor(), 3);
+        assert!(m.changes(None, 2, 10).is_none());
+        assert_eq!(m.changes(None, 3, 10).unwrap().0.len(), 2);
     }
 
     #[test]

@@ -24,6 +24,7 @@
 
 pub mod checkpoint;
 pub mod fold;
+pub mod http;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -135,8 +136,74 @@ pub enum Request {
         /// Where the answer goes.
         reply: flume::Sender<Result<Snapshot, Unavailable>>,
     },
+    /// A window of the collection in key order (`GET /v1/streams/NAME/state`).
+    Window {
+        /// The selection.
+        filter: Option<Filter>,
+        /// Start after this key (the previous window's last); `None`: from the first.
+        after: Option<fold::Key>,
+        /// Entities at most.
+        limit: usize,
+        /// Where the answer goes.
+        reply: flume::Sender<Result<Window, Unavailable>>,
+    },
+    /// What changed since a token's offset (`GET /v1/streams/NAME/changes`).
+    Changes {
+        /// The selection the token was issued for.
+        filter: Option<Filter>,
+        /// The token's offset.
+        since: u64,
+        /// Changes at most.
+        limit: usize,
+        /// Where the answer goes: `Ok(None)` when the token is past the horizon.
+        reply: flume::Sender<Result<Option<Changes>, Unavailable>>,
+    },
     /// Fold what is queued, checkpoint, exit.
     Stop,
+}
+
+/// One window of the collection, rendered.
+pub struct Window {
+    /// The state's position when the window was read.
+    pub at: u64,
+    /// The entities as JSON objects `{"key","version","ts","row"}`, comma-separated.
+    pub entities_json: Vec<u8>,
+    /// Entities in it.
+    pub count: usize,
+    /// Its last key (where the next window starts), if any.
+    pub last_key: Option<fold::Key>,
+    /// Whether selected entities remain after it.
+    pub more: bool,
+}
+
+/// Changes since a token, rendered.
+pub struct Changes {
+    /// The state's position when they were read.
+    pub at: u64,
+    /// The changes as JSON objects, comma-separated, in offset order: `{"op":"upsert","key",
+    /// "version","ts","row"}` or `{"op":"remove","key","version","why":"removed"|"left_selection"}`.
+    pub changes_json: Vec<u8>,
+    /// Changes in it.
+    pub count: usize,
+    /// The offset the next token holds.
+    pub next: u64,
+}
+
+/// Row bytes after which a window or a changes answer ends (as a pull page).
+pub const ANSWER_BYTES_MAX: usize = crate::session::pull::PAGE_BYTES_MAX;
+
+fn push_entity(key: &[u8], e: &fold::Entry, upsert: bool, out: &mut Vec<u8>) {
+    out.extend_from_slice(if upsert {
+        br#"{"op":"upsert","key":"#.as_slice()
+    } else {
+        br#"{"key":"#.as_slice()
+    });
+    fold::key_json(key, out);
+    out.extend_from_slice(
+        format!(r#","version":{},"ts":{},"row":"#, e.version, e.ts_us).as_bytes(),
+    );
+    out.extend_from_slice(&e.row);
+    out.push(b'}');
 }
 
 type Receivers = (
@@ -193,12 +260,53 @@ impl Keyed {
         filter: Option<Filter>,
         rendering: Rendering,
     ) -> Result<Snapshot, Unavailable> {
-        let (tx, rx) = flume::bounded(1);
-        let req = Request::Snapshot {
+        self.ask(|reply| Request::Snapshot {
             filter,
             rendering,
-            reply: tx,
-        };
+            reply,
+        })
+        .await
+    }
+
+    /// Asks for a window of the collection (from a shard: never blocks).
+    pub async fn window(
+        &self,
+        filter: Option<Filter>,
+        after: Option<fold::Key>,
+        limit: usize,
+    ) -> Result<Window, Unavailable> {
+        self.ask(|reply| Request::Window {
+            filter,
+            after,
+            limit,
+            reply,
+        })
+        .await
+    }
+
+    /// Asks for the changes since `since` (from a shard: never blocks); `Ok(None)`: the token
+    /// is past the horizon.
+    pub async fn changes(
+        &self,
+        filter: Option<Filter>,
+        since: u64,
+        limit: usize,
+    ) -> Result<Option<Changes>, Unavailable> {
+        self.ask(|reply| Request::Changes {
+            filter,
+            since,
+            limit,
+            reply,
+        })
+        .await
+    }
+
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(flume::Sender<Result<T, Unavailable>>) -> Request,
+    ) -> Result<T, Unavailable> {
+        let (tx, rx) = flume::bounded(1);
+        let req = make(tx);
         match self.requests.try_send(req) {
             Ok(()) => {}
             Err(crossbeam_channel::TrySendError::Full(_)) => {
@@ -248,14 +356,16 @@ pub fn spec_for(cfg: &StreamConfig, schema: Option<&Schema>) -> Result<KeySpec, 
         }
         match col.ty() {
             ColumnType::Boolean | ColumnType::Int32 | ColumnType::Int64 | ColumnType::Utf8 => {}
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "key column {c:?} is of type {}; a key column is a boolean, an integer or a string",
                 match other {
                     ColumnType::Float32 | ColumnType::Float64 => "number (floating point)",
                     ColumnType::Binary { .. } => "binary",
                     _ => other.json_type(),
                 }
-            )),
+            ))
+            }
         }
     }
     let remove_when =
@@ -340,6 +450,12 @@ impl Thread {
                 recv(requests) -> r => match r {
                     Ok(Request::Snapshot { filter, rendering, reply }) => {
                         let _ = reply.send(self.snapshot(filter.as_ref(), rendering));
+                    }
+                    Ok(Request::Window { filter, after, limit, reply }) => {
+                        let _ = reply.send(self.window(filter.as_ref(), after.as_deref(), limit));
+                    }
+                    Ok(Request::Changes { filter, since, limit, reply }) => {
+                        let _ = reply.send(self.changes(filter.as_ref(), since, limit));
                     }
                     Ok(Request::Stop) | Err(_) => {
                         while let Ok(b) = batches.try_recv() {
@@ -531,6 +647,84 @@ impl Thread {
                 tracing::error!(stream = %self.st.cfg.name, "state: writing {} failed: {e}; the previous checkpoint stays, retried in {} s", checkpoint::path(&self.st.dir).display(), self.keyed().checkpoint_every.as_secs());
             }
         }
+    }
+
+    fn window(
+        &self,
+        filter: Option<&Filter>,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Window, Unavailable> {
+        if self.map.incomplete() {
+            return Err(Unavailable::Incomplete);
+        }
+        let (entities, more) = self.map.window(filter, after, limit, ANSWER_BYTES_MAX);
+        let mut out = Vec::new();
+        for (i, (k, e)) in entities.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            push_entity(k, e, false, &mut out);
+        }
+        Ok(Window {
+            at: self.map.position(),
+            entities_json: out,
+            count: entities.len(),
+            last_key: entities.last().map(|(k, _)| (*k).clone()),
+            more,
+        })
+    }
+
+    fn changes(
+        &self,
+        filter: Option<&Filter>,
+        since: u64,
+        limit: usize,
+    ) -> Result<Option<Changes>, Unavailable> {
+        if self.map.incomplete() {
+            return Err(Unavailable::Incomplete);
+        }
+        // the log's horizon too: rows below it are no longer held anywhere
+        if since < self.st.earliest.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        let Some((changes, mut next)) = self.map.changes(filter, since, limit) else {
+            return Ok(None);
+        };
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        let mut count = 0usize;
+        for c in &changes {
+            if bytes >= ANSWER_BYTES_MAX {
+                next = c.offset();
+                break;
+            }
+            if count > 0 {
+                out.push(b',');
+            }
+            let before = out.len();
+            match c {
+                fold::Change::Upsert(k, e) => push_entity(k, e, true, &mut out),
+                fold::Change::Left(k, v) | fold::Change::Removed(k, v) => {
+                    out.extend_from_slice(br#"{"op":"remove","key":"#);
+                    fold::key_json(k, &mut out);
+                    let why = if matches!(c, fold::Change::Left(..)) {
+                        "left_selection"
+                    } else {
+                        "removed"
+                    };
+                    out.extend_from_slice(format!(r#","version":{v},"why":"{why}"}}"#).as_bytes());
+                }
+            }
+            bytes += out.len() - before;
+            count += 1;
+        }
+        Ok(Some(Changes {
+            at: self.map.position(),
+            changes_json: out,
+            count,
+            next,
+        }))
     }
 
     fn snapshot(
