@@ -211,7 +211,10 @@ pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, client: Client<'_>) -> Op
             Ok(st) => {
                 let caller = caller_of(client.peer, client.who);
                 let r = if *what == "state" {
-                    crate::state::http::window(&st, &q, &caller).await
+                    match crate::state::http::window_ask(&q) {
+                        Ok(ask) => crate::state::http::window(&st, ask, &caller).await,
+                        Err(e) => Err(e),
+                    }
                 } else {
                     crate::state::http::changes(&st, &q, &caller).await
                 };

@@ -74,7 +74,7 @@ fn keyed(st: &Stream) -> Result<&Keyed, Refused> {
             409,
             "not_keyed",
             format!(
-                "stream {} declares no key = [...]: it keeps no state (read its rows with /rows)",
+                "stream {} is not keyed (no key = [...] in its config): it keeps no state; read its rows with /rows or stream_collect",
                 st.cfg.name
             ),
         )
@@ -135,11 +135,48 @@ fn jstr(s: &str) -> String {
     sonic_rs::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
 
-/// `GET /v1/streams/NAME/state`: one window (see the module docs).
-pub async fn window(st: &Stream, q: &Query, caller: &str) -> Result<Vec<u8>, Refused> {
+/// What one window asks for: `/state`'s query, or the MCP tool `stream_state`'s arguments.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WindowAsk<'a> {
+    /// `next_cursor` of the previous window.
+    pub cursor: Option<&'a str>,
+    /// Entities at most (≤ 500).
+    pub limit: usize,
+    /// The selection (`where=` JSON text).
+    pub filter: Option<&'a str>,
+}
+
+/// `/state`'s query as a [`WindowAsk`].
+pub fn window_ask(q: &Query) -> Result<WindowAsk<'_>, Refused> {
+    Ok(WindowAsk {
+        cursor: q.get("cursor"),
+        limit: parse_limit(q, 100)?,
+        filter: q.get("where"),
+    })
+}
+
+/// `GET /v1/streams/NAME/state`: one window (see the module docs). The caller checked
+/// `data.read`.
+pub async fn window(st: &Stream, ask: WindowAsk<'_>, caller: &str) -> Result<Vec<u8>, Refused> {
     let k = keyed(st)?;
-    let limit = parse_limit(q, 100)?;
-    let filter = selection(st, q)?;
+    let limit = ask.limit;
+    if limit > crate::session::pull::MAX_LIMIT {
+        return Err(Refused::new(
+            400,
+            "resource_limit_exceeded",
+            format!(
+                "limit={limit} is over the maximum of {} entities",
+                crate::session::pull::MAX_LIMIT
+            ),
+        ));
+    }
+    let filter = match ask.filter {
+        None => None,
+        Some(w) => Some(
+            crate::session::conn::parse_filter(st, w)
+                .map_err(|d| Refused::new(400, "bad_request", d))?,
+        ),
+    };
     let echo = filter.as_ref().map_or("", |f| f.echo()).to_string();
     let order = order(st);
     let stream_id = st.stream_id.as_deref().unwrap_or("");
@@ -151,7 +188,7 @@ pub async fn window(st: &Stream, q: &Query, caller: &str) -> Result<Vec<u8>, Ref
     };
     let key = cursor::key();
     let now = now_s();
-    let (first_at, after) = match q.get("cursor").filter(|c| !c.is_empty()) {
+    let (first_at, after) = match ask.cursor.filter(|c| !c.is_empty()) {
         None => (None, None),
         Some(c) => {
             let invalid = || {
