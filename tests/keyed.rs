@@ -659,3 +659,86 @@ fn state_windows_then_changes_keep_a_copy_equal_to_the_fold() {
     let r = http_get(server.addr, "/v1/streams/nope/state");
     assert_eq!(r.status, 404, "no such stream");
 }
+
+/// The official Python client (streamcast, from the anchor venv), unchanged, subscribes with
+/// `?state`: it accepts the snapshot (offsets strictly increase, gaps forward are ordinary)
+/// and the live rows after it; what it received folds to the server's state.
+#[test]
+fn the_official_client_reads_state_then_live() {
+    let Some(py) = anchor_python(&["CORECAST_REQUIRE_ANCHOR"]) else {
+        return;
+    };
+    let setup = Setup::new();
+    let server = Server::start(Some(&trades_config(&setup, "")), &setup.data(), &[]);
+    let lines = trade_lines();
+    publish_all(&server, "trades", &lines[..1500]);
+    let script = r#"
+import asyncio, json, sys
+import streamcast
+
+async def main(url, snapshot, rows):
+    async with streamcast.connect(url + "?state") as sub:
+        info = sub.info
+        print("greeting", info.end_offset, json.dumps(list(info.replay)))
+        for _ in range(snapshot):
+            async with asyncio.timeout(10):
+                offset, ts, row = await sub.recv()
+            print(offset, json.dumps(row, separators=(",", ":")))
+        async with streamcast.publish(url) as pub:
+            await pub.send_many(rows)
+        for _ in range(len(rows)):
+            async with asyncio.timeout(10):
+                offset, ts, row = await sub.recv()
+            print(offset, json.dumps(row, separators=(",", ":")))
+
+rows = [json.loads(line) for line in sys.stdin]
+asyncio.run(main(sys.argv[1], int(sys.argv[2]), rows))
+"#;
+    let frames = all_frames(&server, "trades", 1500);
+    let expected = fold(&frames, &symbol_key, &|_| false, &everything);
+    let url = server.url("trades");
+    let mut child = std::process::Command::new(&py)
+        .args(["-c", script, &url, &expected.len().to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        for l in &lines[1500..1600] {
+            writeln!(stdin, "{l}").unwrap();
+        }
+    }
+    let o = child.wait_with_output().expect("python");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "official client: {text} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut out = text.lines();
+    let first = expected.first().map(|f| offset_of(f)).unwrap();
+    assert_eq!(
+        out.next(),
+        Some(format!("greeting 1501 [{first}, 1501]").as_str())
+    );
+    let got: Vec<(u64, Value)> = out
+        .map(|l| {
+            let (o, row) = l.split_once(' ').unwrap();
+            (o.parse().unwrap(), sonic_rs::from_str(row).unwrap())
+        })
+        .collect();
+    assert_eq!(got.len(), expected.len() + 100);
+    for (g, want) in got.iter().zip(&expected) {
+        assert_eq!(g.0, offset_of(want));
+        assert_eq!(g.1, row_of(want), "the client decodes the stored row");
+    }
+    let live: Vec<u64> = got[expected.len()..].iter().map(|g| g.0).collect();
+    assert_eq!(
+        live,
+        (1501..1601).collect::<Vec<u64>>(),
+        "live from the join, no gap"
+    );
+}
