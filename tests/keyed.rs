@@ -645,17 +645,26 @@ fn state_windows_then_changes_keep_a_copy_equal_to_the_fold() {
         "a window cursor is not a change token"
     );
     assert!(http_get(server.addr, "/v1/streams/mbo/state?limit=501").status == 400);
-    // the whole-state token still works; then a restart recovered from a checkpoint newer
-    // than it: removals before that checkpoint are no longer known, so it has expired
-    let _ = apply_changes(&server, "mbo", &mut copy, token.clone());
+    // a restart: the removals since the token are in the checkpoint, so it still works
+    let mut before = copy.clone();
+    let kept = apply_changes(&server, "mbo", &mut before, token.clone());
     assert_eq!(server.stop(), Some(0));
     let server = Server::start(Some(&mbo_config(&setup, "")), &setup.data(), &[]);
-    let r = http_get(
-        server.addr,
-        &format!("/v1/streams/mbo/changes?token={token}"),
+    publish_all(&server, "mbo", &lines[n + 10_000..n + 12_000]);
+    let mut after = copy.clone();
+    apply_changes(&server, "mbo", &mut after, token);
+    let mut resumed = before;
+    apply_changes(&server, "mbo", &mut resumed, kept);
+    let frames = all_frames(&server, "mbo", n + 12_000);
+    let expected = fold_copy(
+        &fold(&frames, &mbo_key, &mbo_removes, &everything),
+        &mbo_key,
     );
-    assert_eq!(r.status, 410, "{}", r.text());
-    assert_eq!(r.json()["error"]["code"].as_str(), Some("token_expired"));
+    assert_eq!(after, expected, "a token from before the restart");
+    assert_eq!(
+        resumed, expected,
+        "the token of the last read before the restart"
+    );
     let r = http_get(server.addr, "/v1/streams/nope/state");
     assert_eq!(r.status, 404, "no such stream");
 }
@@ -741,4 +750,67 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2]), rows))
         (1501..1601).collect::<Vec<u64>>(),
         "live from the join, no gap"
     );
+}
+
+/// A token from before removals the state no longer remembers (more than `max_keys` of them
+/// since) answers 410 `token_expired`: the reader must read the state again.
+#[test]
+fn a_token_past_the_remembered_removals_has_expired() {
+    let setup = Setup::new();
+    let server = Server::start(
+        Some(&trades_config(
+            &setup,
+            "max_keys = 3\nremove_when = { side = \"gone\" }\n",
+        )),
+        &setup.data(),
+        &[],
+    );
+    let row = |symbol: &str, id: i64, side: &str| {
+        format!(
+            r#"{{"symbol":"{symbol}","trade_id":{id},"price":1.5,"quantity":2.0,"side":"{side}","ratio":0.5}}"#
+        )
+    };
+    publish_batch(&server, "trades", &[row("A", 1, "buy")]);
+    let (mut copy, token, _) = state_read(&server, "trades", "");
+    assert_eq!(copy.len(), 1);
+    // removals of two keys: remembered, the token sees them
+    publish_batch(
+        &server,
+        "trades",
+        &[row("B", 2, "buy"), row("B", 3, "gone"), row("A", 4, "gone")],
+    );
+    let token2 = apply_changes(&server, "trades", &mut copy, token.clone());
+    assert!(copy.is_empty(), "both removed: {copy:?}");
+    // two more removals: four remembered with room for three, the oldest is forgotten
+    publish_batch(
+        &server,
+        "trades",
+        &[
+            row("C", 5, "buy"),
+            row("C", 6, "gone"),
+            row("D", 7, "buy"),
+            row("D", 8, "gone"),
+        ],
+    );
+    let r = http_get(
+        server.addr,
+        &format!("/v1/streams/trades/changes?token={token}"),
+    );
+    assert_eq!(r.status, 410, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"].as_str(), Some("token_expired"));
+    assert!(r.text().contains("read the state again"), "{}", r.text());
+    // a token after the forgotten removal still reads on
+    let r = http_get(
+        server.addr,
+        &format!("/v1/streams/trades/changes?token={token2}"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let whys: Vec<&str> = v["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["why"].as_str().unwrap_or("upsert"))
+        .collect();
+    assert_eq!(whys, ["removed", "removed"], "C and D came and went");
 }

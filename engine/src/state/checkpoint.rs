@@ -8,8 +8,10 @@
 //! another key or `remove_when`, or a damaged one is not used (the state is rebuilt from the log).
 //!
 //! Layout (little-endian): `CCSTATE1` · u32 header length · header JSON
-//! (`{"stream_id":…,"key":[…],"remove_when":…,"position":N,"entities":M}`) · M ×
-//! (u32 key length · key · u64 version · i64 ts_us · u32 row length · row) · u32 CRC32C.
+//! (`{"stream_id":…,"key":[…],"remove_when":…,"position":N,"entities":M,"tombstones":R,
+//! "changes_floor":F}`) · M × (u32 key length · key · u64 version · i64 ts_us · u32 row length ·
+//! row) · R × (u32 key length · key · u64 offset of the removal) · u32 CRC32C. The removals are
+//! kept so that `/changes` tokens from before a restart still see them.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -48,6 +50,8 @@ pub fn write(dir: &Path, id: &Identity, state: &StateMap) -> std::io::Result<u64
         "remove_when": id.remove_when,
         "position": state.position(),
         "entities": state.len(),
+        "tombstones": state.tombstones().count(),
+        "changes_floor": state.changes_floor(),
     }))
     .map_err(std::io::Error::other)?;
     let mut buf = Vec::with_capacity(64 + header.len() + state.row_bytes() + state.len() * 48);
@@ -61,6 +65,11 @@ pub fn write(dir: &Path, id: &Identity, state: &StateMap) -> std::io::Result<u64
         buf.extend_from_slice(&e.ts_us.to_le_bytes());
         buf.extend_from_slice(&(e.row.len() as u32).to_le_bytes());
         buf.extend_from_slice(&e.row);
+    }
+    for (key, at) in state.tombstones() {
+        buf.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        buf.extend_from_slice(key);
+        buf.extend_from_slice(&at.to_le_bytes());
     }
     let crc = crc32c::crc32c(&buf);
     buf.extend_from_slice(&crc.to_le_bytes());
@@ -152,10 +161,33 @@ pub fn read(dir: &Path, id: &Identity, max_keys: usize) -> Result<Option<StateMa
             },
         );
     }
+    let removals = header["tombstones"]
+        .as_u64()
+        .ok_or(Unusable::Damaged("tombstones"))?;
+    let changes_floor = header["changes_floor"]
+        .as_u64()
+        .filter(|&f| f <= position)
+        .ok_or(Unusable::Damaged("changes_floor"))?;
+    let mut tombstones = Vec::new();
+    for _ in 0..removals {
+        let klen = r.u32()? as usize;
+        let key: Key = r.take(klen)?.into();
+        let at = r.u64()?;
+        if at >= position {
+            return Err(Unusable::Damaged("a removal newer than the checkpoint"));
+        }
+        tombstones.push((key, at));
+    }
     if r.at != body.len() {
         return Err(Unusable::Damaged("trailing bytes"));
     }
-    Ok(Some(StateMap::from_entries(position, max_keys, entries)))
+    Ok(Some(StateMap::from_checkpoint(
+        position,
+        max_keys,
+        entries,
+        tombstones,
+        changes_floor,
+    )))
 }
 
 struct Reader<'a> {
@@ -192,14 +224,17 @@ mod tests {
     #[test]
     fn round_trip_and_refusals() {
         let dir = tempfile::tempdir().unwrap();
+        let any = |_: &str| crate::filter::ColumnLookup::Scalar;
         let spec = KeySpec {
             columns: vec!["k".into()],
-            remove_when: None,
+            remove_when: Some(crate::filter::Filter::parse(r#"{"v":"gone"}"#, Some(&any)).unwrap()),
         };
         let mut m = StateMap::new(1, 10);
         m.apply(&spec, 1, 5, br#"{"k":1,"v":"a"}"#);
         m.apply(&spec, 2, 6, br#"{"k":2,"v":"b"}"#);
         m.apply(&spec, 3, 7, br#"{"k":1,"v":"c"}"#);
+        m.apply(&spec, 4, 8, br#"{"k":3,"v":"d"}"#);
+        m.apply(&spec, 5, 9, br#"{"k":3,"v":"gone"}"#);
         let id = Identity {
             stream_id: "s-1".into(),
             key: vec!["k".into()],
@@ -209,11 +244,18 @@ mod tests {
         write(dir.path(), &id, &m).unwrap();
         assert!(!dir.path().join("state.checkpoint.tmp").exists());
         let back = read(dir.path(), &id, 10).unwrap().expect("a checkpoint");
-        assert_eq!(back.position(), 4);
+        assert_eq!(back.position(), 6);
         assert_eq!(
             back.iter().collect::<Vec<_>>(),
             m.iter().collect::<Vec<_>>()
         );
+        assert_eq!(
+            back.tombstones().collect::<Vec<_>>(),
+            m.tombstones().collect::<Vec<_>>()
+        );
+        assert_eq!(back.tombstones().count(), 1);
+        assert_eq!(back.changes_floor(), 1);
+        assert_eq!(back.changes(None, 4, 10), m.changes(None, 4, 10));
         let other = Identity {
             key: vec!["j".into()],
             ..id.clone()

@@ -160,8 +160,15 @@ impl StateMap {
         }
     }
 
-    /// A state as a checkpoint recorded it.
-    pub fn from_entries(position: u64, max_keys: usize, entries: BTreeMap<Key, Entry>) -> StateMap {
+    /// A state as a checkpoint recorded it: the entities, the remembered removals (key, the
+    /// removing row's offset) and the offset from which changes are all known.
+    pub fn from_checkpoint(
+        position: u64,
+        max_keys: usize,
+        entries: BTreeMap<Key, Entry>,
+        tombstones: Vec<(Key, u64)>,
+        changes_floor: u64,
+    ) -> StateMap {
         let mut m = StateMap::new(position, max_keys);
         for e in entries.values() {
             assert!(
@@ -169,10 +176,25 @@ impl StateMap {
                 "an entity's version is below the state's position"
             );
         }
+        assert!(
+            changes_floor <= position,
+            "the changes floor is below the position"
+        );
         m.row_bytes = entries.values().map(|e| e.row.len()).sum();
+        // a checkpoint taken under a larger max_keys: more entities than allowed now
         m.incomplete = entries.len() > max_keys;
         m.entries = entries;
+        m.changes_floor = changes_floor;
+        for (k, at) in tombstones {
+            assert!(at < position, "a removal is below the state's position");
+            m.tombstone(k, at);
+        }
         m
+    }
+
+    /// The remembered removals: key and the removing row's offset, oldest first.
+    pub fn tombstones(&self) -> impl Iterator<Item = (&Key, u64)> {
+        self.tombstones_by_offset.iter().map(|(at, k)| (k, *at))
     }
 
     /// The offset of the next row to fold.

@@ -17,9 +17,9 @@
 //! the key (the order), the caller, and — carried inside, signed — the selection: a cursor
 //! presented with another `where=`, or a token with a `where=` other than the one it was issued
 //! for, is refused (`cursor_invalid` / `token_invalid`). A token below the horizon — the log's
-//! earliest offset, or removals forgotten (tombstones are bounded by `max_keys`, and a restart
-//! keeps only those since its checkpoint) — answers 410 `token_expired`: discard the copy and
-//! read `/state` again.
+//! earliest offset, or removals forgotten (the remembered removals are bounded by `max_keys`;
+//! they are kept in the checkpoint, so a token survives a restart) — answers 410
+//! `token_expired`: discard the copy and read `/state` again.
 
 use corecast_net::http::query::Query;
 
