@@ -388,6 +388,51 @@ pub fn spec_for(cfg: &StreamConfig, schema: Option<&Schema>) -> Result<KeySpec, 
     })
 }
 
+/// The entities of `map` whose latest row passes `filter`, in version order, rendered as
+/// WebSocket frames or SSE events in chunks of about [`SNAPSHOT_CHUNK_BYTES`] (on the state
+/// thread; `pub` for the benchmarks).
+pub fn render_snapshot(
+    map: &StateMap,
+    filter: Option<&Filter>,
+    rendering: Rendering,
+) -> Snapshot {
+    let selected = map.selected_by_version(filter);
+    let mut chunks = Vec::new();
+    let mut buf = Vec::with_capacity(SNAPSHOT_CHUNK_BYTES.min(selected.len() * 256 + 64));
+    let mut payload = Vec::new();
+    for e in &selected {
+        match rendering {
+            Rendering::WebSocket => {
+                encode_data_frame(Some(e.version), Some(e.ts_us), &e.row, &mut buf)
+            }
+            Rendering::Sse => {
+                payload.clear();
+                payload.push(b'[');
+                payload.extend_from_slice(e.version.to_string().as_bytes());
+                payload.push(b',');
+                payload.extend_from_slice(e.ts_us.to_string().as_bytes());
+                payload.push(b',');
+                payload.extend_from_slice(&e.row);
+                payload.push(b']');
+                corecast_net::sse::push_event(Some(e.version), &payload, &mut buf);
+            }
+        }
+        if buf.len() >= SNAPSHOT_CHUNK_BYTES {
+            chunks.push(Bytes::from(std::mem::take(&mut buf)));
+            buf.reserve(SNAPSHOT_CHUNK_BYTES);
+        }
+    }
+    if !buf.is_empty() {
+        chunks.push(Bytes::from(buf));
+    }
+    Snapshot {
+        at: map.position(),
+        first: selected.first().map(|e| e.version),
+        entities: selected.len() as u64,
+        chunks,
+    }
+}
+
 /// Starts the state thread of keyed stream `st`.
 pub fn start(st: Arc<Stream>, replay: ReplaySender) -> std::io::Result<JoinHandle<()>> {
     let keyed = st.keyed.as_ref().expect("a keyed stream");
@@ -735,44 +780,11 @@ impl Thread {
         if self.map.incomplete() {
             return Err(Unavailable::Incomplete);
         }
-        let selected = self.map.selected_by_version(filter);
-        let mut chunks = Vec::new();
-        let mut buf = Vec::with_capacity(SNAPSHOT_CHUNK_BYTES.min(selected.len() * 256 + 64));
-        let mut payload = Vec::new();
-        for e in &selected {
-            match rendering {
-                Rendering::WebSocket => {
-                    encode_data_frame(Some(e.version), Some(e.ts_us), &e.row, &mut buf)
-                }
-                Rendering::Sse => {
-                    payload.clear();
-                    payload.extend_from_slice(b"[");
-                    payload.extend_from_slice(e.version.to_string().as_bytes());
-                    payload.push(b',');
-                    payload.extend_from_slice(e.ts_us.to_string().as_bytes());
-                    payload.push(b',');
-                    payload.extend_from_slice(&e.row);
-                    payload.push(b']');
-                    corecast_net::sse::push_event(Some(e.version), &payload, &mut buf);
-                }
-            }
-            if buf.len() >= SNAPSHOT_CHUNK_BYTES {
-                chunks.push(Bytes::from(std::mem::take(&mut buf)));
-                buf.reserve(SNAPSHOT_CHUNK_BYTES);
-            }
-        }
-        if !buf.is_empty() {
-            chunks.push(Bytes::from(buf));
-        }
+        let snap = render_snapshot(&self.map, filter, rendering);
         let s = &self.keyed().stats;
         s.snapshots.fetch_add(1, Ordering::Relaxed);
         s.snapshot_entities
-            .fetch_add(selected.len() as u64, Ordering::Relaxed);
-        Ok(Snapshot {
-            at: self.map.position(),
-            first: selected.first().map(|e| e.version),
-            entities: selected.len() as u64,
-            chunks,
-        })
+            .fetch_add(snap.entities, Ordering::Relaxed);
+        Ok(snap)
     }
 }
