@@ -1069,6 +1069,78 @@ mod tests {
     }
 
     #[test]
+    fn keyed_stream_keys_load_and_refusals_name_the_key() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write(
+            d.path(),
+            "k.toml",
+            "[[stream]]\nname = \"mbo\"\nkey = [\"order_id\", \"side\"]\n\
+             remove_when = { action = [\"C\", \"F\"] }\nmax_keys = 500\ncheckpoint_every_s = 3\n\
+             [[stream]]\nname = \"s\"\nkey = [\"id\"]\nremove_when = '{\"gone\":true}'\n\
+             [[stream]]\nname = \"plain\"\n",
+        );
+        let c = Config::load(&p).unwrap();
+        let mbo = &c.streams[0];
+        assert_eq!(mbo.key, ["order_id", "side"]);
+        let rw: serde_json::Value =
+            serde_json::from_str(mbo.remove_when.as_deref().unwrap()).unwrap();
+        assert_eq!(rw, serde_json::json!({"action": ["C", "F"]}));
+        assert_eq!(
+            (mbo.max_keys, mbo.checkpoint_every),
+            (500, Duration::from_secs(3))
+        );
+        assert_eq!(
+            c.streams[1].remove_when.as_deref(),
+            Some(r#"{"gone":true}"#)
+        );
+        assert!(c.streams[2].key.is_empty());
+        assert_eq!(c.streams[2].max_keys, DEFAULT_MAX_KEYS);
+        for (body, key, why) in [
+            ("key = []", "stream[0].key", "an empty list"),
+            ("key = [\"a\", \"a\"]", "stream[0].key", "named twice"),
+            (
+                "durable = false\nkey = [\"a\"]",
+                "stream[0].key",
+                "needs a log",
+            ),
+            (
+                "remove_when = { a = 1 }",
+                "stream[0].remove_when",
+                "without key",
+            ),
+            (
+                "key = [\"a\"]\nremove_when = 3",
+                "stream[0].remove_when",
+                "is not a table",
+            ),
+            (
+                "key = [\"a\"]\nmax_keys = 0",
+                "stream[0].max_keys",
+                "outside 1..=",
+            ),
+            (
+                "checkpoint_every_s = 5",
+                "stream[0].checkpoint_every_s",
+                "without key",
+            ),
+            (
+                "key = [\"a\"]\ncheckpoint_every_s = 0",
+                "stream[0].checkpoint_every_s",
+                "outside 1..=86400",
+            ),
+        ] {
+            let p = write(
+                d.path(),
+                "bad.toml",
+                &format!("[[stream]]\nname = \"t\"\n{body}\n"),
+            );
+            let e = Config::load(&p).unwrap_err();
+            assert_eq!(e.key, key, "{body}: {e}");
+            assert!(e.reason.contains(why), "{body}: {e}");
+        }
+    }
+
+    #[test]
     fn refusals_name_file_key_and_reason() {
         let d = tempfile::tempdir().unwrap();
         let cases = [

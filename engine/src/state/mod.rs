@@ -391,11 +391,7 @@ pub fn spec_for(cfg: &StreamConfig, schema: Option<&Schema>) -> Result<KeySpec, 
 /// The entities of `map` whose latest row passes `filter`, in version order, rendered as
 /// WebSocket frames or SSE events in chunks of about [`SNAPSHOT_CHUNK_BYTES`] (on the state
 /// thread; `pub` for the benchmarks).
-pub fn render_snapshot(
-    map: &StateMap,
-    filter: Option<&Filter>,
-    rendering: Rendering,
-) -> Snapshot {
+pub fn render_snapshot(map: &StateMap, filter: Option<&Filter>, rendering: Rendering) -> Snapshot {
     let selected = map.selected_by_version(filter);
     let mut chunks = Vec::new();
     let mut buf = Vec::with_capacity(SNAPSHOT_CHUNK_BYTES.min(selected.len() * 256 + 64));
