@@ -40,6 +40,13 @@ pub fn path(dir: &Path) -> PathBuf {
 /// Writes `state` as the checkpoint (temp file, `fsync`, rename, directory `fsync`); returns
 /// the bytes written.
 pub fn write(dir: &Path, id: &Identity, state: &StateMap) -> std::io::Result<u64> {
+    let buf = encode(id, state)?;
+    write_bytes(dir, &buf)?;
+    Ok(buf.len() as u64)
+}
+
+/// The checkpoint file's bytes for `state` (on the state thread: a copy of the state, no I/O).
+pub fn encode(id: &Identity, state: &StateMap) -> std::io::Result<Vec<u8>> {
     assert!(
         !state.incomplete(),
         "an incomplete state is never checkpointed"
@@ -73,15 +80,21 @@ pub fn write(dir: &Path, id: &Identity, state: &StateMap) -> std::io::Result<u64
     }
     let crc = crc32c::crc32c(&buf);
     buf.extend_from_slice(&crc.to_le_bytes());
+    Ok(buf)
+}
+
+/// Writes an [`encode`]d checkpoint into `dir` atomically: `state.checkpoint.tmp`, `fsync`,
+/// rename over `state.checkpoint`, `fsync` of the directory (on the checkpoint writer thread).
+pub fn write_bytes(dir: &Path, buf: &[u8]) -> std::io::Result<()> {
     let tmp = dir.join("state.checkpoint.tmp");
     {
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&buf)?;
+        f.write_all(buf)?;
         f.sync_all()?;
     }
     std::fs::rename(&tmp, path(dir))?;
     std::fs::File::open(dir)?.sync_all()?;
-    Ok(buf.len() as u64)
+    Ok(())
 }
 
 /// Why a checkpoint was not used.

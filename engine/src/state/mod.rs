@@ -443,6 +443,46 @@ pub fn start(st: Arc<Stream>, replay: ReplaySender) -> std::io::Result<JoinHandl
         .spawn(move || Thread::new(st, replay).run(batches, requests))
 }
 
+/// A checkpoint written: its position, bytes, how long the write took, or the error.
+type Written = (u64, usize, Duration, Result<(), String>);
+
+/// The checkpoint writer (`corecast-ckpt-NAME`): the state thread encodes a checkpoint (a copy
+/// of the state in memory) and hands the bytes over, so the disk's `write` and `fsync`s never
+/// hold up the fold; one checkpoint at a time (a queue of one: while one is being written, the
+/// next tick skips).
+struct Checkpointer {
+    jobs: Option<crossbeam_channel::Sender<(u64, Vec<u8>)>>,
+    done: crossbeam_channel::Receiver<Written>,
+    thread: Option<JoinHandle<()>>,
+    in_flight: bool,
+}
+
+impl Checkpointer {
+    fn start(name: &str, dir: std::path::PathBuf) -> Checkpointer {
+        let (jobs, jrx) = crossbeam_channel::bounded::<(u64, Vec<u8>)>(1);
+        let (dtx, done) = crossbeam_channel::bounded::<Written>(1);
+        let thread = std::thread::Builder::new()
+            .name(format!("corecast-ckpt-{name}"))
+            .spawn(move || {
+                for (position, buf) in jrx {
+                    let began = Instant::now();
+                    let r = checkpoint::write_bytes(&dir, &buf).map_err(|e| e.to_string());
+                    if dtx.send((position, buf.len(), began.elapsed(), r)).is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| tracing::error!("cannot start a checkpoint writer thread ({e}); checkpoints are written on the state thread"))
+            .ok();
+        Checkpointer {
+            jobs: thread.is_some().then_some(jobs),
+            done,
+            thread,
+            in_flight: false,
+        }
+    }
+}
+
 struct Thread {
     st: Arc<Stream>,
     replay: ReplaySender,
@@ -450,6 +490,7 @@ struct Thread {
     id: checkpoint::Identity,
     last_checkpoint: Instant,
     checkpointed_at: u64,
+    writer: Checkpointer,
 }
 
 impl Thread {
@@ -460,8 +501,10 @@ impl Thread {
             key: st.cfg.key.clone(),
             remove_when: st.cfg.remove_when.clone(),
         };
+        let writer = Checkpointer::start(&st.cfg.name, st.dir.clone());
         Thread {
             map: StateMap::new(1, k.max_keys),
+            writer,
             st,
             replay,
             id,
@@ -481,9 +524,15 @@ impl Thread {
     ) {
         self.recover();
         let every = self.keyed().checkpoint_every;
+        let done = self.writer.done.clone();
         loop {
             let wait = every.saturating_sub(self.last_checkpoint.elapsed());
             crossbeam_channel::select! {
+                recv(done) -> w => {
+                    if let Ok(w) = w {
+                        self.written(w);
+                    }
+                }
                 recv(batches) -> b => match b {
                     Ok(b) => self.fold_batch(&b),
                     Err(_) => break,
@@ -502,7 +551,7 @@ impl Thread {
                         while let Ok(b) = batches.try_recv() {
                             self.fold_batch(&b);
                         }
-                        self.checkpoint();
+                        self.last_checkpoint_at_stop();
                         break;
                     }
                 },
@@ -669,20 +718,61 @@ impl Thread {
         s.position.store(self.map.position(), Ordering::Relaxed);
     }
 
+    /// Hands a checkpoint of the state to the checkpoint writer, unless nothing moved since
+    /// the last one, one is still being written, or the state is incomplete.
     fn checkpoint(&mut self) {
         self.last_checkpoint = Instant::now();
-        if self.map.incomplete() || self.map.position() == self.checkpointed_at {
+        if self.map.incomplete()
+            || self.map.position() == self.checkpointed_at
+            || self.writer.in_flight
+        {
             return;
         }
-        let began = Instant::now();
-        match checkpoint::write(&self.st.dir, &self.id, &self.map) {
-            Ok(bytes) => {
-                self.checkpointed_at = self.map.position();
+        let buf = match checkpoint::encode(&self.id, &self.map) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(stream = %self.st.cfg.name, "state: encoding a checkpoint failed: {e}");
+                return;
+            }
+        };
+        let position = self.map.position();
+        match &self.writer.jobs {
+            Some(jobs) => {
+                if jobs.try_send((position, buf)).is_ok() {
+                    self.writer.in_flight = true;
+                }
+            }
+            None => {
+                let began = Instant::now();
+                let r = checkpoint::write_bytes(&self.st.dir, &buf).map_err(|e| e.to_string());
+                self.written((position, buf.len(), began.elapsed(), r));
+            }
+        }
+    }
+
+    /// At shutdown: the checkpoint in flight finishes, then the last one is written here.
+    fn last_checkpoint_at_stop(&mut self) {
+        drop(self.writer.jobs.take());
+        if let Some(t) = self.writer.thread.take() {
+            let _ = t.join();
+        }
+        while let Ok(w) = self.writer.done.try_recv() {
+            self.written(w);
+        }
+        self.writer.in_flight = false;
+        self.checkpoint();
+    }
+
+    /// A checkpoint write finished.
+    fn written(&mut self, (position, bytes, took, r): Written) {
+        self.writer.in_flight = false;
+        match r {
+            Ok(()) => {
+                self.checkpointed_at = position;
                 let s = &self.keyed().stats;
                 s.checkpoints.fetch_add(1, Ordering::Relaxed);
-                s.checkpoint_offset
-                    .store(self.checkpointed_at, Ordering::Relaxed);
-                tracing::debug!(stream = %self.st.cfg.name, position = self.checkpointed_at, bytes, ms = began.elapsed().as_millis() as u64, "state: checkpoint written");
+                s.checkpoint_offset.store(position, Ordering::Relaxed);
+                tracing::debug!(stream = %self.st.cfg.name, position, bytes, ms = took.as_millis() as u64, "state: checkpoint written");
             }
             Err(e) => {
                 tracing::error!(stream = %self.st.cfg.name, "state: writing {} failed: {e}; the previous checkpoint stays, retried in {} s", checkpoint::path(&self.st.dir).display(), self.keyed().checkpoint_every.as_secs());
