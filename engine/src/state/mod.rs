@@ -17,8 +17,9 @@
 //!
 //! Recovery: at start the thread reads the checkpoint ([`checkpoint`]; position C) and folds
 //! the log's tail `[C, end)` through the reader pool (all tiers), then the live batches, which
-//! wait in the state inbox meanwhile. A checkpoint is written every `checkpoint_every_s` (when
-//! the state moved) and at shutdown. Rows the tail needs that no tier holds any more, or a key
+//! wait in the state inbox meanwhile. A checkpoint is taken every `checkpoint_every_s` (when
+//! the state moved) and at shutdown: encoded here, written to disk by the stream's checkpoint
+//! writer thread (`corecast-ckpt-NAME`, one at a time), so no `fsync` holds up the fold. Rows the tail needs that no tier holds any more, or a key
 //! refused at `max_keys`, make the state *incomplete*: it is no longer checkpointed, and every
 //! read is refused (`state_incomplete`) rather than served a state that lacks something.
 
