@@ -457,6 +457,15 @@ fn state_requests_a_keyed_stream_and_no_offset() {
     assert!(reason.contains("state and offset"), "{reason}");
     let r = http_get(server.addr, "/plain/events?state");
     assert_eq!(r.status, 400);
+    // the catalog says which streams are keyed
+    let entry = http_get(server.addr, "/v1/streams/trades").json();
+    assert_eq!(
+        entry["keyed"]["key"][0].as_str(),
+        Some("symbol"),
+        "{entry:?}"
+    );
+    assert_eq!(entry["keyed"]["max_keys"].as_u64(), Some(1_000_000));
+    assert!(http_get(server.addr, "/v1/streams/plain").json()["keyed"].is_null());
     let r = http_get(server.addr, "/v1/streams/plain/state");
     assert_eq!(r.status, 409, "{}", r.text());
     assert_eq!(r.json()["error"]["code"].as_str(), Some("not_keyed"));

@@ -2,7 +2,8 @@
 //!
 //! - `GET /v1/streams` — the catalog; `GET /v1/streams/NAME` — one entry: schema (as the greeting
 //!   publishes it), durable, exactly_once, stream_id, end_offset, earliest_offset, max_replay and
-//!   the other limits, subscribers by transport, publishers.
+//!   the other limits, subscribers by transport, publishers, tiers, and `keyed` (`null`, or a
+//!   keyed stream's key, `remove_when`, `max_keys` and state counters).
 //! - `GET /v1/streams/NAME/latest?limit=N` — the last N rows (N ≤ 500, default 10), each as
 //!   `[offset,ts,row]` (the WebSocket payload).
 //! - `GET /v1/streams/NAME/rows?cursor=C&limit=N&wait=S&where=…&from=latest` — at most N rows
@@ -278,7 +279,7 @@ fn entry(st: &Stream, o: &mut String) {
     let durable = st.durable();
     let _ = write!(
         o,
-        "{{\"name\":{},\"schema\":{},\"durable\":{},\"exactly_once\":{},\"stream_id\":{},\"end_offset\":{},\"earliest_offset\":{},\"max_replay\":{},\"limits\":{{\"max_replay\":{},\"max_backlog\":{},\"max_in_flight\":{},\"max_inbound\":{},\"max_message_bytes\":{},\"window_rows\":{},\"wait_s\":{}}},\"subscribers\":{{\"websocket\":{},\"sse\":{},\"pull\":{}}},\"publishers\":{},\"tiers\":{}}}",
+        "{{\"name\":{},\"schema\":{},\"durable\":{},\"exactly_once\":{},\"stream_id\":{},\"end_offset\":{},\"earliest_offset\":{},\"max_replay\":{},\"limits\":{{\"max_replay\":{},\"max_backlog\":{},\"max_in_flight\":{},\"max_inbound\":{},\"max_message_bytes\":{},\"window_rows\":{},\"wait_s\":{}}},\"subscribers\":{{\"websocket\":{},\"sse\":{},\"pull\":{}}},\"publishers\":{},\"tiers\":{},\"keyed\":{}}}",
         jstr(&st.cfg.name),
         st.schema_published.as_deref().unwrap_or("null"),
         durable,
@@ -299,7 +300,26 @@ fn entry(st: &Stream, o: &mut String) {
         st.stats.pull_waiting.load(Ordering::Relaxed).max(0),
         st.stats.publishers.load(Ordering::Relaxed).max(0),
         crate::tier::tiers_json(st),
+        keyed_json(st),
     );
+}
+
+/// A keyed stream's declaration and state counters, or `null`.
+fn keyed_json(st: &Stream) -> String {
+    let Some(k) = &st.keyed else {
+        return "null".into();
+    };
+    let s = &k.stats;
+    format!(
+        "{{\"key\":{},\"remove_when\":{},\"max_keys\":{},\"keys\":{},\"position\":{},\"incomplete\":{},\"ready\":{}}}",
+        sonic_rs::to_string(&st.cfg.key).unwrap_or_else(|_| "[]".into()),
+        st.cfg.remove_when.as_deref().unwrap_or("null"),
+        k.max_keys,
+        s.keys.load(Ordering::Relaxed),
+        s.position.load(Ordering::Relaxed),
+        s.incomplete.load(Ordering::Relaxed),
+        s.ready.load(Ordering::Acquire),
+    )
 }
 
 pub(crate) fn parse_limit(q: &Query, default: usize) -> Result<usize, Refused> {
