@@ -12,7 +12,11 @@
 //! - kill -9 and restart: the state comes back from the checkpoint plus the log's tail (the
 //!   server's log line and `corecast_state_recovered_*` say so) and equals the fold;
 //! - `max_keys`: a key over it is refused, counted, and `?state` is refused `state_incomplete`;
-//! - bad declarations are refused at start naming the stream and the column.
+//! - bad declarations are refused at start naming the stream and the column;
+//! - `GET /v1/streams/NAME/state` windows then `/changes?token=` keep a reader's copy equal to
+//!   the fold (upserts, removals, keys leaving a `where=` selection), across a restart; a token
+//!   is refused for another selection, and expires past the removals the state remembers;
+//! - the official Python client, unchanged, reads `?state` then live.
 
 mod support;
 
