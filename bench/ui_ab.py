@@ -12,6 +12,13 @@ at --rate rows/s, --subscribers subscribers, --seconds of publishing. Reported p
 (medians): server CPU per delivered frame and p50/p99 publish→deliver; the figure is the CPU per
 frame ratio pages/none (issue 16: within 2 %).
 
+Rounds that far apart differ by more than 2 % on a shared machine, so the script also measures
+the pages' cost on its own: after the fan-out rounds, --idle-rounds rounds of a fresh broker with
+no load and the 10 pages open (`pages`) or blank (`none`) for --idle-seconds, the broker's CPU
+read from the scheduler (ns). The difference is what the pages cost the broker per second; the
+page's work does not depend on the fan-out's, so divided by the fan-out's server CPU per second it
+is the share the pages add to the CPU per delivered frame (`pages_added_cpu_share`).
+
     bench/ui_ab.sh [--no-build] [--rounds 5] [--subscribers 100] [--rate 10000] [--seconds 5]
 """
 import argparse
@@ -20,57 +27,17 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REL = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release")
-SCHEMA = os.path.join(ROOT, "..", "shared", "tools", "anchor", "trade.schema.json")
+from cells import ROOT, Broker, cpu_ns, fanout_row, loadgen, log, machine_note, medians
 
-
-def log(*a):
-    print(time.strftime("%H:%M:%S"), *a, file=sys.stderr, flush=True)
-
-
-def machine_note():
-    with open("/proc/loadavg") as f:
-        return "loadavg " + " ".join(f.read().split()[:3])
-
-
-def start(scratch, mode):
-    d = os.path.join(scratch, mode)
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    path = os.path.join(d, "corecast.toml")
-    with open(path, "w") as f:
-        f.write(f'[[stream]]\nname = "trades"\nschema = "{SCHEMA}"\nmax_replay = "unlimited"\n')
-    logf = open(os.path.join(d, "corecast.log"), "w")
-    p = subprocess.Popen([os.path.join(REL, "corecast"), "serve", "--config", path, "--listen",
-                          "127.0.0.1:0", "--data", os.path.join(d, "data"), "--cores", "1"],
-                         stdout=subprocess.PIPE, stderr=logf, text=True)
-    line = p.stdout.readline()
-    if "listening on" not in line:
-        raise SystemExit(f"corecast did not start: {line!r} (see {logf.name})")
-    return p, line.split("listening on ")[1].split()[0], logf
-
-
-def cell(addr, pid, a):
-    cmd = [os.path.join(REL, "loadgen"), "--url", f"ws://{addr}/trades", "--json", "--threads", "1",
-           "--publishers", "1", "--window", "64", "--rate", str(a.rate),
-           "--subscribers", str(a.subscribers), "--duration", str(a.seconds), "--drain", "10",
-           "--sample", "16", "--server-pid", str(pid)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    try:
-        doc = json.loads(r.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        raise SystemExit(f"loadgen printed no JSON (rc {r.returncode}): {r.stderr[-2000:]}")
-    if r.returncode != 0 or not doc.get("ok"):
-        raise SystemExit(f"loadgen FAILED: {doc.get('failures')} {doc.get('open_errors')}")
-    doc["_cmd"] = " ".join(cmd[:2] + ["ws://127.0.0.1:PORT/trades"] + cmd[3:-1] + ["PID"])
-    return doc
+def cell(broker, a):
+    return loadgen(broker, ["--threads", "1", "--publishers", "1", "--window", "64", "--rate", a.rate,
+                            "--subscribers", a.subscribers, "--duration", a.seconds, "--drain", "10",
+                            "--sample", "16"], what="ui")
 
 
 class Polls:
@@ -126,6 +93,8 @@ def main():
     ap.add_argument("--subscribers", type=int, default=100)
     ap.add_argument("--rate", type=int, default=10_000)
     ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--idle-rounds", type=int, default=3)
+    ap.add_argument("--idle-seconds", type=float, default=20)
     ap.add_argument("--scratch", default=os.environ.get("CORECAST_BENCH_DIR", "/tmp"))
     a = ap.parse_args()
     scratch = tempfile.mkdtemp(prefix="ui-ab-", dir=a.scratch)
@@ -138,32 +107,46 @@ def main():
         for r in range(a.rounds):
             order = modes if r % 2 == 0 else list(reversed(modes))
             for mode in order:
-                p, addr, logf = start(scratch, mode)
                 polls = None
-                try:
-                    pages.do(f"open http://{addr}/ui" if mode == "pages" else "blank")
-                    if mode == "polled":
-                        polls = Polls(addr, a.pages)
-                    time.sleep(1)
-                    doc = cell(addr, p.pid, a)
-                    pages.do("blank")
-                finally:
-                    if polls:
-                        polls.close()
-                    p.terminate()
-                    p.wait(20)
-                    logf.close()
-                frames = doc["deliver"]["frames"]
-                cpu = doc["server"]["cpu_s"] or 0
-                row = {"p50_us": doc["latency_us"]["p50"], "p99_us": doc["latency_us"]["p99"],
-                       "frames": frames, "server_cpu_s": cpu,
-                       "cpu_ns_per_frame": cpu * 1e9 / max(frames, 1)}
+                with Broker(scratch, mode) as broker:
+                    try:
+                        pages.do(f"open http://{broker.addr}/ui" if mode == "pages" else "blank")
+                        if mode == "polled":
+                            polls = Polls(broker.addr, a.pages)
+                        time.sleep(1)
+                        doc = cell(broker, a)
+                        pages.do("blank")
+                    finally:
+                        if polls:
+                            polls.close()
+                row = fanout_row(doc)
+                frames = row["frames"]
                 res[mode].append(row)
                 out["cmd"] = doc["_cmd"]
                 log(f"round {r + 1} {mode}: p99 {row['p99_us']} µs, {frames} frames, "
                     f"{row['cpu_ns_per_frame']:.0f} ns CPU/frame")
-        med = {m: {k: statistics.median(x[k] for x in v) for k in v[0]} for m, v in res.items()}
+        med = medians(res)
         out.update(rounds=res, median=med)
+        idle = {"none": [], "pages": []}
+        for r in range(a.idle_rounds):
+            for mode in (("none", "pages") if r % 2 == 0 else ("pages", "none")):
+                with Broker(scratch, f"idle-{mode}") as broker:
+                    pages.do(f"open http://{broker.addr}/ui" if mode == "pages" else "blank")
+                    time.sleep(3)
+                    c0, t0 = cpu_ns(broker.pid), time.monotonic()
+                    time.sleep(a.idle_seconds)
+                    c1, t1 = cpu_ns(broker.pid), time.monotonic()
+                    pages.do("blank")
+                idle[mode].append((c1 - c0) / (t1 - t0))
+                log(f"idle round {r + 1} {mode}: broker {idle[mode][-1] / 1e3:.0f} µs CPU/s")
+        added = statistics.median(idle["pages"]) - statistics.median(idle["none"])
+        fanout_cpu_per_s = statistics.median(x["server_cpu_s"] / a.seconds for x in res["none"])
+        out.update(idle_cpu_ns_per_s=idle, pages_added_cpu_ns_per_s=added,
+                   fanout_cpu_s_per_s=fanout_cpu_per_s,
+                   pages_added_cpu_share=added / 1e9 / fanout_cpu_per_s)
+        log(f"{a.pages} pages add {added / 1e3:.0f} µs of broker CPU per second; the fan-out "
+            f"takes {fanout_cpu_per_s * 1e3:.0f} ms/s: +{out['pages_added_cpu_share'] * 100:.3f}% "
+            f"CPU per delivered frame")
         for m in ("polled", "pages"):
             out[f"{m}_cpu_per_frame_ratio"] = med[m]["cpu_ns_per_frame"] / med["none"]["cpu_ns_per_frame"]
             out[f"{m}_p99_ratio"] = med[m]["p99_us"] / med["none"]["p99_us"]

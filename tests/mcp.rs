@@ -347,8 +347,12 @@ fn a_client_session_initializes_lists_and_calls_every_tool() {
     assert!(msg.contains("stream t is not keyed"), "{msg}");
 
     // the pull API's refusals, as tool errors
-    let (code, _) = tool_error(&c.tool("stream_collect", json!({"stream": "live"})));
+    let (code, msg) = tool_error(&c.tool("stream_collect", json!({"stream": "live"})));
     assert_eq!(code, "not_durable");
+    assert!(
+        msg.contains("stream_peek") && !msg.contains("/latest"),
+        "an MCP user is pointed to a tool: {msg}"
+    );
     let (code, msg) = tool_error(&c.tool("stream_peek", json!({"stream": "nope"})));
     assert_eq!(
         (code.as_str(), msg.as_str()),
@@ -849,4 +853,198 @@ fn stream_state_reads_a_keyed_streams_collection_in_windows() {
     // bounds: refused, never clamped
     let e = c.refused("stream_state", json!({"stream": "k", "limit": 501}));
     assert_eq!(e["code"], -32602, "{e}");
+}
+
+/// The raw JSON text at `path` of `body` (what a client that keeps numbers exact reads).
+fn raw_at(body: &[u8], path: &[&str]) -> String {
+    use sonic_rs::PointerNode;
+    let nodes: Vec<PointerNode> = path
+        .iter()
+        .map(|p| match p.parse::<usize>() {
+            Ok(i) => PointerNode::Index(i),
+            Err(_) => PointerNode::Key(p.to_string().into()),
+        })
+        .collect();
+    sonic_rs::get_from_slice(body, &nodes)
+        .unwrap_or_else(|e| panic!("{path:?} in {}: {e}", String::from_utf8_lossy(body)))
+        .as_raw_str()
+        .to_string()
+}
+
+#[test]
+fn numbers_and_ids_come_back_exactly_as_they_are() {
+    let setup = Setup::new();
+    let server = start(&setup);
+    // a float that needs 17 significant digits, an int64 past 2^53
+    let row = r#"{"event_ts":1703548799446724905,"price":0.0063289999999999996,"amount":0.30000000000000004,"side":1,"symbol":"A","trade_id":1}"#;
+    publish_batch(&server, "t", &[row.to_string()]);
+    let pulled = http_get(server.addr, "/v1/streams/t/rows?from=1&limit=1");
+    assert_eq!(pulled.status, 200, "{}", pulled.text());
+    for n in [
+        "1703548799446724905",
+        "0.0063289999999999996",
+        "0.30000000000000004",
+    ] {
+        assert!(
+            pulled.text().contains(n),
+            "/rows lacks {n}: {}",
+            pulled.text()
+        );
+    }
+    let mut c = Mcp::new(server.addr, None);
+    c.initialize();
+    let r = c.post(
+        r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"stream_collect","arguments":{"stream":"t","from":1,"limit":1}}}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let text: String = serde_json::from_str(&raw_at(&r.body, &["result", "content", "0", "text"]))
+        .expect("the text content is a JSON string");
+    let structured = raw_at(&r.body, &["result", "structuredContent"]);
+    // the two copies are the same bytes, and the numbers are the source's
+    assert_eq!(
+        structured, text,
+        "structuredContent differs from the text content"
+    );
+    for n in [
+        "1703548799446724905",
+        "0.0063289999999999996",
+        "0.30000000000000004",
+    ] {
+        assert!(
+            structured.contains(n),
+            "structuredContent lacks {n}: {structured}"
+        );
+    }
+    let rows_at = |body: &str| raw_at(body.as_bytes(), &["rows"]);
+    assert_eq!(
+        rows_at(&structured),
+        rows_at(&pulled.text()),
+        "the rows /rows answers"
+    );
+    // a tool error carries its body twice too
+    let r = c.post(
+        r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"stream_peek","arguments":{"stream":"nope"}}}"#,
+    );
+    let text: String =
+        serde_json::from_str(&raw_at(&r.body, &["result", "content", "0", "text"])).unwrap();
+    assert_eq!(raw_at(&r.body, &["result", "structuredContent"]), text);
+
+    // ids: echoed as sent, a number past f64's exact integers included
+    let r = c.post(r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping"}"#);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.text(),
+        r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"result":{}}"#
+    );
+    let r = c.post(
+        r#"[{"jsonrpc":"2.0","id":-1.50,"method":"ping"},{"jsonrpc":"2.0","id":"caf\u00e9","method":"nope"},{"jsonrpc":"2.0","id":18446744073709551616}]"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(raw_at(&r.body, &["0", "id"]), "-1.50");
+    assert_eq!(raw_at(&r.body, &["1", "id"]), r#""caf\u00e9""#);
+    assert_eq!(raw_at(&r.body, &["2", "id"]), "18446744073709551616");
+    assert_eq!(json_of(&r)[2]["error"]["code"], -32600, "{}", r.text());
+}
+
+#[test]
+fn the_wait_budget_counts_declared_waits_and_initialize_is_checked() {
+    let setup = Setup::new();
+    let server = start(&setup);
+    publish_batch(&server, "t", &rows(1, 2, "A"));
+    let mut c = Mcp::new(server.addr, None);
+    c.initialize();
+    // two polls of 30 s: exactly the 60 s of a batch (these answer at once: rows are there);
+    // a third of any wait is over, with whole seconds left
+    let sub = |id: u32, wait: f64| {
+        json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"stream_subscribe",
+            "arguments":{"stream":"t","from":"earliest","wait_s":wait}}})
+    };
+    let started = Instant::now();
+    let r = c.post(&json!([sub(1, 30.0), sub(2, 30.0), sub(3, 0.5)]).to_string());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "no poll waited"
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = json_of(&r);
+    assert_eq!(v[0]["result"]["isError"], false, "{v}");
+    assert_eq!(
+        v[1]["result"]["isError"], false,
+        "30 + 30 s fit in a batch: {v}"
+    );
+    let e = &v[2]["error"];
+    assert_eq!(e["data"]["code"], "resource_limit_exceeded", "{v}");
+    assert_eq!(e["data"]["maximum"], 0.0, "{v}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("wait_s: 0.5 s is over the 0 s left of this batch"),
+        "{v}"
+    );
+    // initialize: protocolVersion must be a string; initialize is a request, never a notification
+    let r = request(
+        server.addr,
+        "POST",
+        "/mcp",
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":20250618}}"#,
+        &[("content-type", "application/json")],
+    );
+    let v = json_of(&r);
+    assert_eq!(v["error"]["code"], -32602, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains(
+            "params.protocolVersion must be a string such as \"2025-06-18\", not a number"
+        ),
+        "{v}"
+    );
+    let r = request(
+        server.addr,
+        "POST",
+        "/mcp",
+        r#"{"jsonrpc":"2.0","method":"initialize","params":{"protocolVersion":"2025-06-18"}}"#,
+        &[("content-type", "application/json")],
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let v = json_of(&r);
+    assert_eq!(v["error"]["code"], -32600, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("initialize must be a request with an id"),
+        "{v}"
+    );
+}
+
+#[test]
+fn one_principal_cannot_evict_anothers_sessions() {
+    let setup = Setup::new();
+    let cfg = format!(
+        "{CONFIG}\n[auth]\n[auth.principals.carol]\ntokens = [\"{}\"]\ngrants = {{ \"data.read\" = [\"t\"] }}\n[auth.principals.mallory]\ntokens = [\"{}\"]\n",
+        hash_token("carol-token-1"),
+        hash_token("mallory-token-2")
+    );
+    let cfg = setup.config(&cfg);
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let mut carol = Mcp::new(server.addr, Some("Bearer carol-token-1"));
+    carol.initialize();
+    let mut mallory = Mcp::new(server.addr, Some("Bearer mallory-token-2"));
+    mallory.initialize();
+    let first = mallory.sid.clone().unwrap();
+    // mallory (no grants at all) opens more sessions than its cap of 256
+    for _ in 0..256 {
+        mallory.initialize();
+    }
+    let last = mallory.sid.clone().unwrap();
+    assert_eq!(
+        carol.rpc("ping", json!({}))["result"],
+        json!({}),
+        "carol's session lives"
+    );
+    mallory.sid = Some(first);
+    let r = mallory.post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+    assert_eq!(r.status, 404, "mallory's oldest session went: {}", r.text());
+    mallory.sid = Some(last);
+    assert_eq!(mallory.rpc("ping", json!({}))["result"], json!({}));
 }

@@ -727,11 +727,7 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 /// order.
 #[test]
 fn chromium_subscribes_over_wss() {
-    let chrome = ["chromium", "chromium-browser", "google-chrome"]
-        .iter()
-        .find(|c| has(c))
-        .map(|c| c.to_string());
-    let Some(chrome) = chrome else {
+    let Some(chrome) = support::chromium() else {
         assert!(
             std::env::var_os("CORECAST_REQUIRE_BROWSER").is_none(),
             "CORECAST_REQUIRE_BROWSER is set but no chromium is installed"
@@ -768,7 +764,7 @@ ws.onmessage = (e) => {{
 ws.onerror = () => fetch("/report?error");
 </script>"#
     );
-    let (page_addr, reports) = page_server(page);
+    let (page_addr, reports) = support::page_server(page);
     use sha2::Digest;
     let spki_hash = base64::Engine::encode(
         &base64::engine::general_purpose::STANDARD,
@@ -808,42 +804,4 @@ ws.onerror = () => fetch("/report?error");
         .expect("a report from the page within 60 s");
     assert_eq!(report, "/report?done&n=100&bad=0&last=100", "{report}");
     srv.stop();
-}
-
-/// A tiny HTTP server for a test page: serves `page` at `/` and sends each `GET /report?…` it
-/// gets into the channel.
-fn page_server(page: String) -> (std::net::SocketAddr, std::sync::mpsc::Receiver<String>) {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for c in l.incoming() {
-            let Ok(mut c) = c else { continue };
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 4096];
-            c.set_read_timeout(Some(Duration::from_secs(5))).ok();
-            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                match c.read(&mut chunk) {
-                    Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
-                    _ => break,
-                }
-            }
-            let head = String::from_utf8_lossy(&buf).into_owned();
-            let target = head.split(' ').nth(1).unwrap_or("/").to_string();
-            let (ctype, body) = if target.starts_with("/report") {
-                let _ = tx.send(target.clone());
-                ("text/plain", "ok".to_string())
-            } else if target == "/" {
-                ("text/html", page.clone())
-            } else {
-                ("text/plain", String::new())
-            };
-            let resp = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = c.write_all(resp.as_bytes());
-        }
-    });
-    (addr, rx)
 }

@@ -157,10 +157,9 @@ fn owner(name: &str, writers: usize) -> usize {
 /// Starts the server; returns once every shard listens.
 pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
     let cfg = opts.config;
-    let cores = opts
-        .cores
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
+    // on this thread, before any shard pins itself to a core (a pinned thread sees one CPU)
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = opts.cores.unwrap_or(cpus).max(1);
     std::fs::create_dir_all(&cfg.data_dir).map_err(|e| {
         StartError::Other(format!(
             "cannot create data directory {}: {e}",
@@ -455,6 +454,7 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         cfg.echo,
         cfg.keepalive,
     );
+    shared.cpus = cpus;
     match &cfg.auth {
         None => tracing::warn!(
             "no [auth] section: the broker is open — any client that reaches the port reads and publishes every stream"

@@ -65,6 +65,71 @@ impl Scalar {
 struct Term {
     column: String,
     any_of: Vec<Scalar>,
+    /// `any_of` indexed by type: a row's value is looked up in O(1) (O(log n) for floats)
+    /// however long the membership list is — a list of 100,000 order ids costs each row what
+    /// one id does.
+    set: ValueSet,
+}
+
+/// The values of one term, by type, for lookups ([`Scalar::matches`]' rules: an integer and a
+/// number match when the integer converts to that number).
+#[derive(Debug, Clone, Default)]
+struct ValueSet {
+    null: bool,
+    bools: [bool; 2],
+    ints: std::collections::HashSet<i128>,
+    /// Sorted; JSON has no NaN, so the order is total.
+    nums: Vec<f64>,
+    strs: std::collections::HashSet<String>,
+}
+
+/// Below this magnitude an integral `f64` is the conversion of exactly one integer.
+const EXACT_INT: f64 = 9_007_199_254_740_992.0;
+
+impl ValueSet {
+    fn of(values: &[Scalar]) -> ValueSet {
+        let mut set = ValueSet::default();
+        for v in values {
+            match v {
+                Scalar::Null => set.null = true,
+                Scalar::Bool(b) => set.bools[usize::from(*b)] = true,
+                Scalar::Int(i) => {
+                    set.ints.insert(*i);
+                }
+                // -0.0 == 0.0 for the pairwise rule; total_cmp tells them apart
+                Scalar::Num(x) => set.nums.push(*x + 0.0),
+                Scalar::Str(s) => {
+                    set.strs.insert(s.clone());
+                }
+            }
+        }
+        set.nums.sort_by(f64::total_cmp);
+        set.nums.dedup();
+        set
+    }
+
+    fn has_num(&self, x: f64) -> bool {
+        let x = x + 0.0;
+        self.nums.binary_search_by(|n| n.total_cmp(&x)).is_ok()
+    }
+
+    fn contains(&self, value: &Scalar) -> bool {
+        match value {
+            Scalar::Null => self.null,
+            Scalar::Bool(b) => self.bools[usize::from(*b)],
+            Scalar::Str(s) => self.strs.contains(s),
+            Scalar::Int(i) => self.ints.contains(i) || self.has_num(*i as f64),
+            Scalar::Num(x) => {
+                self.has_num(*x)
+                    || match x.fract() == 0.0 && x.abs() < EXACT_INT {
+                        // one integer converts to this number exactly
+                        true => self.ints.contains(&(*x as i128)),
+                        // beyond 2^53 several integers round to it: the rare slow path
+                        false => self.ints.iter().any(|i| *i as f64 == *x),
+                    }
+            }
+        }
+    }
 }
 
 /// A parsed `where=` filter.
@@ -119,6 +184,7 @@ impl Filter {
             };
             terms.push(Term {
                 column: k.to_string(),
+                set: ValueSet::of(&any_of),
                 any_of,
             });
         }
@@ -163,7 +229,12 @@ impl Filter {
             let Some(x) = Scalar::of(&x) else {
                 return false;
             };
-            t.any_of.iter().any(|want| want.matches(&x))
+            let found = t.set.contains(&x);
+            debug_assert!(
+                t.any_of.len() > 64 || found == t.any_of.iter().any(|want| want.matches(&x)),
+                "the indexed lookup disagrees with the pairwise rule on {x:?}"
+            );
+            found
         })
     }
 }
@@ -211,6 +282,53 @@ mod tests {
             !f.matches(br#"{"side":1}"#),
             "a missing column matches nothing"
         );
+    }
+
+    #[test]
+    fn the_indexed_lookup_agrees_with_the_pairwise_rules() {
+        let f = Filter::parse(
+            r#"{"price":[1, 2.5, -3, 9007199254740993, 1e300, null, true, "x"]}"#,
+            None,
+        )
+        .unwrap();
+        for (row, want) in [
+            (r#"{"price":1}"#, true),
+            (r#"{"price":1.0}"#, true),
+            (r#"{"price":2.5}"#, true),
+            (r#"{"price":2}"#, false),
+            (r#"{"price":-3.0}"#, true),
+            (r#"{"price":9007199254740993}"#, true),
+            // 2^53 + 1 rounds to 2^53 as a number: the pairwise rule says it matches
+            (r#"{"price":9007199254740992.0}"#, true),
+            (r#"{"price":9007199254740992}"#, false),
+            (r#"{"price":1e300}"#, true),
+            (r#"{"price":null}"#, true),
+            (r#"{"price":true}"#, true),
+            (r#"{"price":false}"#, false),
+            (r#"{"price":"x"}"#, true),
+            (r#"{"price":"y"}"#, false),
+            (r#"{"price":-0.0}"#, false),
+        ] {
+            // matches() also checks the pairwise rule in debug builds
+            assert_eq!(f.matches(row.as_bytes()), want, "{row}");
+        }
+    }
+
+    #[test]
+    fn zero_and_minus_zero_are_one_value() {
+        let f = Filter::parse(r#"{"price":[0.0, 7]}"#, None).unwrap();
+        for row in [r#"{"price":-0.0}"#, r#"{"price":0}"#, r#"{"price":0.0}"#] {
+            assert!(f.matches(row.as_bytes()), "{row}");
+        }
+    }
+
+    #[test]
+    fn a_long_membership_list_is_a_lookup_not_a_scan() {
+        let ids: Vec<String> = (100_000..245_000).map(|i| i.to_string()).collect();
+        let f = Filter::parse(&format!(r#"{{"side":[{}]}}"#, ids.join(",")), None).unwrap();
+        assert!(f.matches(br#"{"side":244999}"#));
+        assert!(!f.matches(br#"{"side":99999}"#));
+        assert_eq!(f.terms[0].set.ints.len(), 145_000);
     }
 
     #[test]

@@ -757,3 +757,56 @@ pub fn json_u64(v: &sonic_rs::Value, key: &str) -> u64 {
         .and_then(|x| x.as_u64())
         .unwrap_or_else(|| panic!("{key} in {v:?}"))
 }
+
+/// The path of a Chromium on `PATH`, if there is one.
+pub fn chromium() -> Option<String> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .find_map(|c| {
+            std::process::Command::new("which")
+                .arg(c)
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        })
+}
+
+/// A tiny HTTP server for a browser test's page: serves `page` at `/` and collects what the page
+/// reports (`GET /report?...`) into a channel.
+pub fn page_server(page: String) -> (std::net::SocketAddr, std::sync::mpsc::Receiver<String>) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            c.set_read_timeout(Some(Duration::from_secs(5))).ok();
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                match c.read(&mut chunk) {
+                    Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                    _ => break,
+                }
+            }
+            let head = String::from_utf8_lossy(&buf).into_owned();
+            let target = head.split(' ').nth(1).unwrap_or("/").to_string();
+            let (ctype, body) = if target.starts_with("/report") {
+                let _ = tx.send(target.clone());
+                ("text/plain", "ok".to_string())
+            } else if target == "/" {
+                ("text/html", page.clone())
+            } else {
+                ("text/plain", String::new())
+            };
+            let resp = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\naccess-control-allow-origin: *\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = c.write_all(resp.as_bytes());
+        }
+    });
+    (addr, rx)
+}

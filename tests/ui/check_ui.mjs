@@ -3,7 +3,9 @@
 // per step, to publish rows or restart the broker, and waits for its "ok" on stdin.
 //
 // Environment: CORECAST_UI_BASE (http://ADDR), CORECAST_UI_CHROMIUM (the browser binary),
-// CORECAST_UI_NODE_MODULES (where playwright-core is installed), CORECAST_UI_SCREENSHOT (PNG).
+// CORECAST_UI_NODE_MODULES (where playwright-core is installed), CORECAST_UI_SCREENSHOT (PNG),
+// CORECAST_UI_MODE: "main" (an open broker: everything below) or "revoke" (with [auth]: the
+// principal "reader", signed in with CORECAST_UI_PASSWORD, is revoked while it tails).
 // Rows are trades: trade_id = offset, symbol "A" for even ids and "B" for odd ones.
 import { createRequire } from "node:module";
 import readline from "node:readline";
@@ -64,6 +66,12 @@ async function applyWhere(page, where) {
   await page.fill("#tail-where", where);
   await page.click("#tail-apply");
 }
+async function tailOf(page, name, where = "") {
+  await page.selectOption("#tail-stream", name);
+  await applyWhere(page, where);
+}
+// GET requests of /NAME/events the page made (EventSource and its probes)
+let eventRequests = 0;
 
 const browser = await chromium.launch({
   executablePath: process.env.CORECAST_UI_CHROMIUM,
@@ -72,11 +80,51 @@ const browser = await chromium.launch({
 });
 let page;
 let step = "start";
+if (process.env.CORECAST_UI_MODE === "revoke") {
+  try {
+    const ctx = await browser.newContext({
+      viewport: { width: 1280, height: 760 },
+      httpCredentials: { username: "reader", password: process.env.CORECAST_UI_PASSWORD },
+    });
+    page = await ctx.newPage();
+    page.on("request", (r) => { if (/\/events(\?|$)/.test(r.url())) eventRequests++; });
+    step = "the reader signs in (Basic) and tails t";
+    const resp = await page.goto(BASE + "/ui");
+    check(resp.status() === 200, `/ui: HTTP ${resp.status()}`);
+    await page.waitForSelector('#p-status[data-ok="true"]', { timeout: 10_000 });
+    await page.click('#streams tr[data-stream="t"]');
+    await page.waitForSelector('#tail-status[data-state="open"]', { timeout: 10_000 });
+    await ask({ do: "publish", stream: "t", from: 1, count: 3 });
+    await waitOffset(page, 3);
+
+    step = "revoked: the tail stops and both status lines give the server's reason";
+    await ask({ do: "revoke", who: "reader" });
+    await page.waitForSelector('#tail-status[data-state="error"]', { timeout: 15_000 });
+    const st = await tailState(page);
+    check(/HTTP 403: .*revoked/.test(st.text), `tail status after the revocation: ${st.text}`);
+    const n0 = eventRequests;
+    await sleep(2500);
+    check(eventRequests === n0, `the revoked tail was retried ${eventRequests - n0} times`);
+    await page.waitForFunction(() => /revoked/.test(document.querySelector("#p-status").textContent), null, { timeout: 5000 });
+    const ps = await page.textContent("#p-status");
+    check(!/needs stats\.read/.test(ps), `process status guesses a grant: ${ps}`);
+    log(`revoked: tail "${st.text}"; process "${ps}"`);
+    if (SHOT) await page.screenshot({ path: SHOT, clip: { x: 0, y: 0, width: 1280, height: 480 } });
+    log("ok");
+    await browser.close();
+    process.exit(0);
+  } catch (e) {
+    log(`FAILED at "${step}": ${e.message}`);
+    await browser.close().catch(() => {});
+    process.exit(1);
+  }
+}
 try {
   page = await browser.newPage({ viewport: { width: 1280, height: 760 } });
   const problems = [];
   page.on("pageerror", (e) => problems.push(String(e)));
   page.on("console", (m) => { if (m.type() === "error") log("console:", m.text()); });
+  page.on("request", (r) => { if (/\/events(\?|$)/.test(r.url())) eventRequests++; });
 
   step = "the page loads and lists the streams";
   const resp = await page.goto(BASE + "/ui");
@@ -165,6 +213,68 @@ try {
   check(Number(st.opens) > opens, `the EventSource did not reconnect (${opens} -> ${st.opens} opens)`);
   await page.waitForSelector('#p-status[data-ok="true"]', { timeout: 10_000 });
   log(`restart: EventSource opened ${st.opens} times, tail 141..240 contiguous`);
+
+  step = "pause before any row was shown, then resume: nothing published meanwhile is skipped";
+  await tailOf(page, "u");
+  await page.waitForSelector('#tail-status[data-state="open"]', { timeout: 10_000 });
+  check((await tailRows(page)).length === 0, "the empty stream u shows rows");
+  await page.click("#tail-pause");
+  await page.waitForSelector('#tail-status[data-state="paused"]');
+  await ask({ do: "publish", stream: "u", from: 1, count: 3 });
+  await sleep(800);
+  check((await tailRows(page)).length === 0, "the paused tail moved on");
+  await page.click("#tail-pause");
+  await waitOffset(page, 3);
+  rows = await tailRows(page);
+  contiguous(rows, 1, 3);
+  rows.forEach(rowMatches);
+
+  step = "a live-only stream's rows (no offset) are shown, int64 and float digits exact";
+  await tailOf(page, "live");
+  await page.waitForSelector('#tail-status[data-state="open"]', { timeout: 10_000 });
+  await sleep(300);
+  await ask({ do: "publish_raw", stream: "live", rows: [
+    '{"ts_event":1703548799446724905,"px":0.0063289999999999996,"n":1}',
+    '{"ts_event":-9223372036854775807,"px":85566.5,"n":2}',
+  ] });
+  await page.waitForFunction(() => document.querySelectorAll("#tail-table tbody tr").length === 2, null, { timeout: 10_000 });
+  rows = await tailRows(page);
+  check(rows[0].cells.n === "2" && rows[1].cells.n === "1", `live rows: ${JSON.stringify(rows)}`);
+  check(rows[1].cells.ts_event === "1703548799446724905", `int64 shown as ${rows[1].cells.ts_event}`);
+  check(rows[0].cells.ts_event === "-9223372036854775807", `int64 shown as ${rows[0].cells.ts_event}`);
+  check(rows[1].cells.px === "0.0063289999999999996", `float shown as ${rows[1].cells.px}`);
+  check(rows.every((r) => r.cells.offset === "–"), `live rows' offsets: ${rows.map((r) => r.cells.offset)}`);
+  check((await tailState(page)).dups === "0", "live rows counted as duplicates");
+
+  step = "a where= the live stream refuses is reported with the server's reason, not retried";
+  await tailOf(page, "live", "{bad");
+  await page.waitForSelector('#tail-status[data-state="error"]', { timeout: 10_000 });
+  let st2 = await tailState(page);
+  check(st2.text.startsWith("where: HTTP 400: ") && st2.text.length > "where: HTTP 400: ".length + 10,
+    `refused where on live: ${st2.text}`);
+  let n0 = eventRequests;
+  await sleep(2500);
+  check(eventRequests === n0, `the refused tail was retried ${eventRequests - n0} times`);
+  log(`refused where: ${st2.text}`);
+
+  step = "a 503 with Retry-After: 30 is waited out, with the server's reason shown";
+  await tailOf(page, "t");
+  await page.waitForSelector('#tail-status[data-state="open"]', { timeout: 10_000 });
+  await page.click("#tail-pause");
+  await page.waitForSelector('#tail-status[data-state="paused"]');
+  await sleep(500);
+  await ask({ do: "fill_sse", stream: "u" });
+  n0 = eventRequests;
+  await page.click("#tail-pause");
+  await page.waitForFunction(() => /retrying in 30 s/.test(document.querySelector("#tail-status").textContent), null, { timeout: 10_000 });
+  st2 = await tailState(page);
+  check(st2.text.startsWith("HTTP 503: too many open SSE streams"), `503 shown as: ${st2.text}`);
+  await sleep(3000);
+  check(eventRequests - n0 <= 2, `${eventRequests - n0} requests in 3 s under Retry-After: 30`);
+  await ask({ do: "release_sse" });
+  await applyWhere(page, "");
+  await page.waitForSelector('#tail-status[data-state="open"]', { timeout: 10_000 });
+  log(`503: ${st2.text}`);
 
   step = "no script errors";
   check(problems.length === 0, `page errors: ${problems.join("; ")}`);

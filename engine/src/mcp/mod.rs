@@ -85,7 +85,7 @@ fn http_error(status: u16, code: &str, message: &str, extra: &[(&str, &str)]) ->
 /// An HTTP refusal whose body is a JSON-RPC error with a `null` id (what the spec suggests
 /// for a message the server does not accept).
 fn rpc_refusal(status: u16, code: i64, message: &str) -> Vec<u8> {
-    let body = jsonrpc::error(&Value::Null, code, message, None).to_string();
+    let body = jsonrpc::error(&jsonrpc::Id::null(), code, message, None);
     respond(status, body.as_bytes(), &[])
 }
 
@@ -281,7 +281,7 @@ async fn answer(
     *held = body.split_off(length);
     let (messages, batch) = match jsonrpc::decode(&body) {
         Ok(x) => x,
-        Err(e) => return Some(respond(400, e.reply().to_string().as_bytes(), &[])),
+        Err(e) => return Some(respond(400, e.reply().as_bytes(), &[])),
     };
     drop(body);
     let initialize = messages
@@ -299,6 +299,16 @@ async fn answer(
             unreachable!("one message, the initialize request")
         };
         return Some(initialize_reply(&id, &params, who));
+    }
+    let initialize_note = messages
+        .iter()
+        .any(|m| matches!(m, Message::Notification { method } if method == "initialize"));
+    if initialize_note {
+        return Some(rpc_refusal(
+            400,
+            jsonrpc::INVALID_REQUEST,
+            "initialize must be a request with an id (it was sent as a notification, without one): the reply carries the Mcp-Session-Id",
+        ));
     }
     let only_notes = messages
         .iter()
@@ -332,8 +342,8 @@ async fn answer(
             Message::Notification { .. } | Message::Reply => continue,
             Message::Invalid { id, why } => jsonrpc::error(&id, jsonrpc::INVALID_REQUEST, &why, None),
             Message::Request { id, method, params } => match method.as_str() {
-                "ping" => jsonrpc::result(&id, json!({})),
-                "tools/list" => jsonrpc::result(&id, tools::list()),
+                "ping" => jsonrpc::result(&id, "{}"),
+                "tools/list" => jsonrpc::result(&id, &tools::list().to_string()),
                 "tools/call" => {
                     let client = Client {
                         peer,
@@ -343,7 +353,7 @@ async fn answer(
                         held: &mut *held,
                     };
                     match tools::call(ctx, &params, client, &mut wait_left_s).await {
-                        Ok(tools::Called::Result(r)) => jsonrpc::result(&id, r),
+                        Ok(tools::Called::Result(r)) => jsonrpc::result(&id, &r),
                         Ok(tools::Called::ClientGone) => return None,
                         Err(e) => {
                             let (code, message, data) = e.rpc();
@@ -362,9 +372,9 @@ async fn answer(
         replies.push(reply);
     }
     let body = if batch {
-        Value::Array(replies).to_string()
+        format!("[{}]", replies.join(","))
     } else {
-        replies.pop().map(|r| r.to_string()).unwrap_or_default()
+        replies.pop().unwrap_or_default()
     };
     Some(respond(
         200,
@@ -381,15 +391,25 @@ pub fn negotiate(asked: Option<&str>) -> &'static str {
         .unwrap_or(VERSIONS[0])
 }
 
-fn initialize_reply(id: &Value, params: &Value, who: &Identity) -> Vec<u8> {
+fn initialize_reply(id: &jsonrpc::Id, params: &Value, who: &Identity) -> Vec<u8> {
     let Some(asked) = params.get("protocolVersion").and_then(Value::as_str) else {
-        let e = jsonrpc::error(
-            id,
-            jsonrpc::INVALID_PARAMS,
-            "initialize needs params.protocolVersion",
-            None,
-        );
-        return respond(200, e.to_string().as_bytes(), &[]);
+        let why = match params.get("protocolVersion") {
+            None => "initialize needs params.protocolVersion, a string such as \"2025-06-18\""
+                .to_string(),
+            Some(v) => format!(
+                "params.protocolVersion must be a string such as \"2025-06-18\", not {}",
+                match v {
+                    Value::Null => "null",
+                    Value::Bool(_) => "a boolean",
+                    Value::Number(_) => "a number",
+                    Value::Array(_) => "an array",
+                    Value::Object(_) => "an object",
+                    Value::String(_) => unreachable!("a string is taken"),
+                }
+            ),
+        };
+        let e = jsonrpc::error(id, jsonrpc::INVALID_PARAMS, &why, None);
+        return respond(200, e.as_bytes(), &[]);
     };
     let version = negotiate(Some(asked));
     let sid = session::open(who.name(), version);
@@ -399,7 +419,7 @@ fn initialize_reply(id: &Value, params: &Value, who: &Identity) -> Vec<u8> {
         "serverInfo": {"name": "corecast", "title": "corecast stream broker", "version": env!("CARGO_PKG_VERSION")},
         "instructions": "Bounded reads of corecast streams. stream_catalog lists the streams you may read; stream_peek shows the latest rows; stream_collect pages through a stream with next_cursor; stream_subscribe waits (at most 60 s) for new rows after a cursor. Every row is [offset, ts_us, row]; every result is finite (at most 500 rows) and cites end_offset and, for windows, next_offset and next_cursor."
     });
-    let body = jsonrpc::result(id, result).to_string();
+    let body = jsonrpc::result(id, &result.to_string());
     respond(
         200,
         body.as_bytes(),

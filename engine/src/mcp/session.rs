@@ -3,8 +3,12 @@
 //! A session is a name for the protocol version negotiated and the principal that negotiated
 //! it; it holds no data and no task. A request may land on any shard (`SO_REUSEPORT`), so the
 //! table is one per process behind a mutex, taken once per MCP request and never on the data
-//! path. Bounds: [`SESSIONS_MAX`] sessions — at the bound, `initialize` drops the session used
-//! least recently — and [`SESSION_IDLE`] without a request, after which a session is gone. A
+//! path. Bounds: [`SESSIONS_PER_PRINCIPAL_MAX`] sessions per principal — at it, that
+//! principal's `initialize` drops the session *it* used least recently, so no principal can
+//! push another's sessions out — and [`SESSIONS_MAX`] in all — at it, `initialize` drops the
+//! least recently used session of the principal holding the most (an open broker has one
+//! principal, nobody, whose cap is [`SESSIONS_MAX`]) — and [`SESSION_IDLE`] without a
+//! request, after which a session is gone. A
 //! request naming a session that is gone (ended by `DELETE /mcp`, dropped, idle, or another
 //! principal's) is answered 404, and the client initializes again, as the spec says.
 
@@ -12,8 +16,10 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Most sessions held at once.
+/// Most sessions held at once, all principals together.
 pub const SESSIONS_MAX: usize = 4096;
+/// Most sessions one authenticated principal holds at once.
+pub const SESSIONS_PER_PRINCIPAL_MAX: usize = 256;
 /// A session without a request for this long is gone.
 pub const SESSION_IDLE: Duration = Duration::from_secs(3600);
 
@@ -43,9 +49,35 @@ pub fn open(principal: Option<&str>, version: &'static str) -> String {
     let now = Instant::now();
     let mut t = lock();
     t.retain(|_, s| now.duration_since(s.last_used) < SESSION_IDLE);
-    if t.len() >= SESSIONS_MAX {
+    let cap = if principal.is_some() {
+        SESSIONS_PER_PRINCIPAL_MAX
+    } else {
+        SESSIONS_MAX
+    };
+    let mine = t
+        .values()
+        .filter(|s| s.principal.as_deref() == principal)
+        .count();
+    // over the principal's own cap: its own oldest goes; over the process's: the oldest of
+    // whoever holds the most (never one of a principal below the largest share)
+    let victim_of = if mine >= cap {
+        Some(principal.map(str::to_string))
+    } else if t.len() >= SESSIONS_MAX {
+        let mut counts: HashMap<Option<&str>, usize> = HashMap::new();
+        for s in t.values() {
+            *counts.entry(s.principal.as_deref()).or_default() += 1;
+        }
+        counts
+            .into_iter()
+            .max_by_key(|(_, n)| *n)
+            .map(|(p, _)| p.map(str::to_string))
+    } else {
+        None
+    };
+    if let Some(victim) = victim_of {
         let oldest = t
             .iter()
+            .filter(|(_, s)| s.principal == victim)
             .min_by_key(|(_, s)| s.last_used)
             .map(|(k, _)| k.clone());
         if let Some(k) = oldest {
@@ -106,5 +138,27 @@ mod tests {
         assert!(end(&id, Some("alice")));
         assert!(find(&id, Some("alice")).is_none());
         assert!(!end(&id, Some("alice")));
+    }
+
+    #[test]
+    fn one_principal_cannot_push_out_anothers_sessions() {
+        let keep = open(Some("carol-unit"), "2025-06-18");
+        let first = open(Some("mallory-unit"), "2025-06-18");
+        for _ in 0..SESSIONS_PER_PRINCIPAL_MAX + 50 {
+            open(Some("mallory-unit"), "2025-06-18");
+        }
+        assert!(
+            find(&keep, Some("carol-unit")).is_some(),
+            "carol's session stays"
+        );
+        assert!(
+            find(&first, Some("mallory-unit")).is_none(),
+            "mallory's oldest went"
+        );
+        let held = lock()
+            .values()
+            .filter(|s| s.principal.as_deref() == Some("mallory-unit"))
+            .count();
+        assert_eq!(held, SESSIONS_PER_PRINCIPAL_MAX);
     }
 }

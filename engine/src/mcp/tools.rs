@@ -154,8 +154,8 @@ impl CallError {
             }
             CallError::WaitBudget { asked_s, left_s } => (
                 INVALID_PARAMS,
-                format!("wait_s: {asked_s} s is over the {left_s} s left of this batch (the waits of one request add up to at most {MAX_WAIT_S} s)"),
-                json!({"code": "resource_limit_exceeded", "argument": "wait_s", "maximum": left_s}),
+                format!("wait_s: {asked_s} s is over the {left_s} s left of this batch (the wait_s of one request's calls add up to at most {MAX_WAIT_S} s)"),
+                json!({"code": "resource_limit_exceeded", "argument": "wait_s", "maximum": left_s.floor()}),
             ),
         }
     }
@@ -164,22 +164,31 @@ impl CallError {
 /// What a tool call came to.
 #[derive(Debug)]
 pub enum Called {
-    /// The `tools/call` result (`isError` false or true).
-    Result(Value),
+    /// The `tools/call` result (`isError` false or true), as JSON text.
+    Result(String),
     /// The client closed its connection while the poll waited: answer nothing.
     ClientGone,
 }
 
-fn ok(body: &[u8]) -> Value {
-    let text = String::from_utf8_lossy(body).into_owned();
-    let structured: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    json!({"content": [{"type": "text", "text": text}], "structuredContent": structured, "isError": false})
+/// A tool result carrying `body` (the pull API's JSON) twice: as the text content and as
+/// `structuredContent`, the same bytes embedded as they are — never parsed and printed again,
+/// which would change a number (a float of 17 significant digits, an integer past 2^53).
+fn carrying(body: &[u8], is_error: bool) -> String {
+    let text = String::from_utf8_lossy(body);
+    let is_json = serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
+    let structured = if is_json { text.as_ref() } else { "null" };
+    format!(
+        r#"{{"content":[{{"type":"text","text":{}}}],"structuredContent":{structured},"isError":{is_error}}}"#,
+        Value::String(text.to_string())
+    )
 }
 
-fn tool_error(r: &Refused) -> Value {
-    let body = r.body();
-    let structured: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    json!({"content": [{"type": "text", "text": String::from_utf8_lossy(&body)}], "structuredContent": structured, "isError": true})
+fn ok(body: &[u8]) -> String {
+    carrying(body, false)
+}
+
+fn tool_error(r: &Refused) -> String {
+    carrying(&r.body(), true)
 }
 
 /// The stream `name`, when `who` may read it: the grant first, so that a refused caller
@@ -213,7 +222,9 @@ fn readable(
 }
 
 /// Runs `tools/call` with `params`. `wait_left_s` is what remains of the request's wait
-/// budget ([`MAX_WAIT_S`] per request, batch or not); a long poll spends from it.
+/// budget ([`MAX_WAIT_S`] per request, batch or not); a long poll spends its declared
+/// `wait_s` from it (whether it waited that long or not), so two polls of 30 s fit in one
+/// batch and a third of any wait does not.
 pub async fn call(
     ctx: &ShardCtx,
     params: &Value,
@@ -289,12 +300,18 @@ pub async fn call(
                         wait_s,
                         filter: where_text.as_deref(),
                     };
-                    let started = std::time::Instant::now();
-                    let polled = pull::rows(ctx, &st, ask, client).await;
-                    *wait_left_s = (*wait_left_s - started.elapsed().as_secs_f64()).max(0.0);
-                    match polled {
+                    *wait_left_s -= wait_s;
+                    match pull::rows(ctx, &st, ask, client).await {
                         Ok(Polled::Page(body)) => Ok(body),
                         Ok(Polled::ClientGone) => return Ok(Called::ClientGone),
+                        // the pull API's message names /latest: here the tool is stream_peek
+                        Err(mut e) if e.code == "not_durable" => {
+                            e.message = format!(
+                                "stream {} keeps no log to page through: stream_peek shows its latest rows (SSE or WebSocket follow it)",
+                                st.cfg.name
+                            );
+                            Err(e)
+                        }
                         Err(e) => Err(e),
                     }
                 }

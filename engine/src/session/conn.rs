@@ -500,6 +500,7 @@ fn plain_http(ctx: &ShardCtx, req: &Request, name: &str, who: &Identity) -> Vec<
             .header("cache-control", "no-cache")
             .finish(metrics::render(&ctx.shared, &shown).as_bytes()),
         ("GET" | "HEAD", page) if crate::ui::wants(page) => crate::ui::serve(page),
+        (method, page) if crate::ui::wants(page) => crate::ui::not_allowed(method, page),
         // a stream the caller may not read is, to it, no such path
         _ if ctx.shared.registry.get(name).is_some() && who.allows(Action::DataRead, name) => {
             json_error(

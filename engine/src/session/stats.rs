@@ -18,7 +18,7 @@ use crate::shard::Shared;
 /// count WebSocket readers, as the reference does; the keys after `tiers` (added for `/ui`) give
 /// every transport, the lag of the furthest-behind reader and the refusals by close code
 /// (process-wide, as in `/metrics`). `cores` counts the serving threads (one per core), `cpus` what the
-/// process may run on.
+/// process may run on ([`Shared::cpus`], read at start-up: this runs on a pinned shard).
 pub fn render(shared: &Shared, shown: &dyn Fn(&str) -> bool) -> String {
     let now = now_us();
     let secs = |us: i64| us as f64 / 1e6;
@@ -31,7 +31,7 @@ pub fn render(shared: &Shared, shown: &dyn Fn(&str) -> bool) -> String {
         shared.connections.load(Ordering::Relaxed),
         env!("CARGO_PKG_VERSION"),
         shared.shard_inboxes.len(),
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        shared.cpus,
         secs((now - process_started_us(shared)).max(0)),
     );
     for (i, (code, n)) in super::metrics::refusals().enumerate() {

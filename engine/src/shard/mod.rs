@@ -77,6 +77,10 @@ pub struct Shared {
     pub admitted: AtomicI64,
     /// Every shard's inbox, to wake their sessions ([`ShardMsg::Wake`]).
     pub shard_inboxes: Vec<flume::Sender<ShardMsg>>,
+    /// The CPUs the process may run on (`cpus` of `/stats`), read once at start-up by the
+    /// thread that starts the server, before any shard pins itself to one core (a pinned
+    /// thread sees exactly one).
+    pub cpus: usize,
     driver: AtomicU8,
 }
 
@@ -102,6 +106,7 @@ impl Shared {
             max_connections: None,
             admitted: AtomicI64::new(0),
             shard_inboxes: Vec::new(),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             driver: AtomicU8::new(0),
         }
     }

@@ -4,8 +4,11 @@
 //! (`/ui/app.js`, `/ui/app.css`). Out: the asset, whole, in one response, from the accepting
 //! shard's thread (nothing to read, nothing to allocate but the response). The page itself has
 //! no data of its own: it polls `GET /stats` (once a second, never two requests in flight) and
-//! tails a stream over its SSE endpoint (`GET /NAME/events`, resumed with `Last-Event-ID`),
-//! reading the stream's schema from `GET /v1/streams/NAME`. So with `[auth]` configured the
+//! tails a stream over its SSE endpoint (`GET /NAME/events`, resumed with `Last-Event-ID` or
+//! `?lastEventId=N`), reading the stream's schema from `GET /v1/streams/NAME`. EventSource
+//! hides why it was refused, so when it gives up the page fetches the same URL once to learn
+//! the status, the server's message and `Retry-After`: it stops on a refusal and waits on a
+//! 503 or 429. Any method but `GET` and `HEAD` on the page's paths answers 405. So with `[auth]` configured the
 //! page needs exactly what any reader needs: to be authenticated for the page
 //! ([`crate::auth::http::need`] classifies `/ui…` as "authenticated only"), `stats.read` for
 //! `/stats` and `data.read` on the stream it tails.
@@ -73,6 +76,21 @@ pub fn serve(name: &str) -> Vec<u8> {
     }
 }
 
+/// The answer to any other method on one of the page's paths: 405 with `Allow: GET, HEAD`
+/// (the page is read, never written).
+pub fn not_allowed(method: &str, name: &str) -> Vec<u8> {
+    let method: String = method.chars().take(16).collect();
+    ResponseHead::new(405)
+        .header("content-type", "application/json")
+        .header("cache-control", "no-store")
+        .header("allow", "GET, HEAD")
+        .finish(&corecast_net::http::response::json_error_body(
+            "method_not_allowed",
+            &format!("{method} is not taken at /{name}: the page is read with GET (or HEAD)"),
+            false,
+        ))
+}
+
 /// Every asset's size, bytes, for the docs and the tests.
 pub fn assets_bytes() -> usize {
     INDEX_HTML.len() + APP_JS.len() + APP_CSS.len()
@@ -96,6 +114,10 @@ mod tests {
         assert!(String::from_utf8(serve("ui/nope"))
             .unwrap()
             .starts_with("HTTP/1.1 404"));
+        let r = String::from_utf8(not_allowed("POST", "ui")).unwrap();
+        assert!(r.starts_with("HTTP/1.1 405"), "{r}");
+        assert!(r.contains("allow: GET, HEAD\r\n"), "{r}");
+        assert!(r.contains("POST is not taken at /ui"), "{r}");
     }
 
     #[test]

@@ -56,7 +56,7 @@ pub enum HttpError {
         limit: usize,
     },
     /// The head is longer than the limit. 431.
-    #[error("request head is {bytes} bytes, over the {limit}-byte limit")]
+    #[error("request head is longer than the {limit}-byte limit ({bytes} bytes read)")]
     HeadTooLarge {
         /// Bytes of head seen so far (at least this long).
         bytes: usize,
@@ -76,11 +76,19 @@ pub enum HttpError {
         /// The target as sent.
         target: String,
     },
-    /// `content-length` is not a decimal number, or is repeated with different values. 400.
-    #[error("invalid content-length {value:?}")]
+    /// `content-length` is not a decimal number. 400.
+    #[error("content-length {value:?} is not a decimal number of bytes")]
     BadContentLength {
         /// The offending value.
         value: String,
+    },
+    /// `content-length` is repeated with different values (a request smuggling shape). 400.
+    #[error("content-length is given twice with different values ({first} and {second})")]
+    ConflictingContentLength {
+        /// The first value.
+        first: u64,
+        /// The value that differs from it.
+        second: u64,
     },
     /// A `transfer-encoding` header was sent; no endpoint takes a coded body. 501.
     #[error("transfer-encoding is not supported")]
@@ -98,6 +106,7 @@ impl HttpError {
             HttpError::TooManyHeaders { .. } => 431,
             HttpError::BadTarget { .. } => 400,
             HttpError::BadContentLength { .. } => 400,
+            HttpError::ConflictingContentLength { .. } => 400,
             HttpError::TransferEncoding => 501,
         }
     }
@@ -112,6 +121,7 @@ impl HttpError {
             HttpError::TooManyHeaders { .. } => "headers_too_large",
             HttpError::BadTarget { .. } => "bad_request",
             HttpError::BadContentLength { .. } => "bad_request",
+            HttpError::ConflictingContentLength { .. } => "bad_request",
             HttpError::TransferEncoding => "not_implemented",
         }
     }
@@ -269,8 +279,11 @@ pub fn parse_request(
         }
         if name == "content-length" {
             let parsed = parse_content_length(&value)?;
-            if content_length.is_some_and(|prev| prev != parsed) {
-                return Err(HttpError::BadContentLength { value });
+            if let Some(first) = content_length.filter(|prev| *prev != parsed) {
+                return Err(HttpError::ConflictingContentLength {
+                    first,
+                    second: parsed,
+                });
             }
             content_length = Some(parsed);
         }

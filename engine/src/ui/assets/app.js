@@ -6,14 +6,63 @@ const POLL_MS = 1000;          // /stats: one request per second at most
 const SPARK_SAMPLES = 300;     // 5 minutes of 1 s samples
 const TAIL_ROWS_MAX = 100;     // rows kept in the tail table
 const TAIL_RENDER_MS = 100;    // the tail's DOM is updated at most this often
-const REOPEN_MS = 1000;        // wait before re-creating an EventSource that gave up
+const REOPEN_MS = 1000;        // first wait before re-creating an EventSource that gave up
+const REOPEN_MAX_MS = 30000;   // the longest wait between tries (doubling from REOPEN_MS)
 
 const $ = (id) => document.getElementById(id);
 const streams = new Map();     // name -> { tr, cells, samples, prev }
+// last: the offset of the last row shown (0: none); from: the offset the tail started at
+// (null: from now, a live-only stream); a resume goes on after last, else at from
 const tail = {
-  name: null, where: "", columns: null, es: null, last: 0, paused: false,
-  opens: 0, dups: 0, gaps: 0, pending: [], timer: null, reopen: null, gen: 0,
+  name: null, where: "", columns: null, es: null, last: 0, from: null, paused: false,
+  opens: 0, dups: 0, gaps: 0, pending: [], timer: null, reopen: null, gen: 0, backoff: REOPEN_MS,
 };
+
+// ---- exact numbers ----
+// JSON.parse turns every number into a double: an int64 past 2^53 (a nanosecond timestamp)
+// would show other digits. A number whose double prints differently from its source text is
+// kept as that text (a Num); the source comes from JSON.parse's reviver context where the
+// browser has it, else from a small tokenizer over the text.
+class Num {
+  constructor(text) { this.text = text; }
+  toString() { return this.text; }
+  toJSON() { return JSON.rawJSON ? JSON.rawJSON(this.text) : Number(this.text); }
+}
+const NUM_KEY = "\u0000corecast-number";
+const REVIVER_SOURCE = (() => {
+  try {
+    let seen = false;
+    JSON.parse("[12345678901234567890]", (k, v, c) => { if (k === "0") seen = !!c && c.source === "12345678901234567890"; return v; });
+    return seen;
+  } catch { return false; }
+})();
+function parseExact(text) {
+  if (REVIVER_SOURCE) {
+    return JSON.parse(text, (k, v, c) => (typeof v === "number" && c && typeof c.source === "string" && String(v) !== c.source ? new Num(c.source) : v));
+  }
+  let out = "", from = 0, i = 0;
+  const n = text.length;
+  while (i < n) {
+    const ch = text[i];
+    if (ch === '"') {                                   // skip a string, escapes included
+      i++;
+      while (i < n && text[i] !== '"') i += text[i] === "\\" ? 2 : 1;
+      i++;
+    } else if (ch === "-" || (ch >= "0" && ch <= "9")) {
+      let j = i + 1;
+      while (j < n && "0123456789.eE+-".includes(text[j])) j++;
+      const tok = text.slice(i, j);
+      if (String(Number(tok)) !== tok) { out += text.slice(from, i) + JSON.stringify({ [NUM_KEY]: tok }); from = j; }
+      i = j;
+    } else {
+      i++;
+    }
+  }
+  out += text.slice(from);
+  return JSON.parse(out, (k, v) => (v && typeof v === "object" && typeof v[NUM_KEY] === "string" && Object.keys(v).length === 1 ? new Num(v[NUM_KEY]) : v));
+}
+// a plain number for the frame's own fields (offset, ts_us: always within 2^53)
+function plain(v) { return v instanceof Num ? Number(v.text) : v; }
 
 // ---- formatting ----
 function fmtInt(n) { return n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"); }
@@ -35,6 +84,7 @@ function fmtDuration(s) {
 function fmtRate(r) { return r >= 100 ? r.toFixed(0) : r >= 10 ? r.toFixed(1) : r.toFixed(2); }
 function fmtCell(v) {
   if (v === null || v === undefined) return "null";
+  if (v instanceof Num) return v.text;
   if (typeof v === "object") return JSON.stringify(v);
   return String(v);
 }
@@ -45,15 +95,23 @@ function el(tag, cls, text) {
   return e;
 }
 
+// The server's reason for refusing `r` (its JSON error's message), or a hint by status.
+async function refusal(r, grant) {
+  let message = "";
+  try {
+    const body = JSON.parse((await r.text()).slice(0, 4096));
+    message = (body && body.error && body.error.message) || "";
+  } catch { /* not a JSON error */ }
+  if (!message) message = r.status === 401 ? "sign in" : r.status === 403 && grant ? `needs ${grant}` : r.statusText || "refused";
+  return `HTTP ${r.status}: ${message}`;
+}
+
 // ---- /stats ----
 async function poll() {
   const started = performance.now();
   try {
     const r = await fetch("/stats", { cache: "no-store", credentials: "same-origin" });
-    if (!r.ok) {
-      const hint = r.status === 401 ? " (sign in)" : r.status === 403 ? " (needs stats.read)" : "";
-      throw new Error(`/stats: HTTP ${r.status}${hint}`);
-    }
+    if (!r.ok) throw new Error("/stats: " + await refusal(r, "stats.read"));
     render(await r.json());
     setStatus(true, "live");
   } catch (e) {
@@ -187,7 +245,7 @@ async function startTail() {
   tail.name = $("tail-stream").value;
   tail.where = $("tail-where").value.trim();
   tail.paused = false;
-  tail.last = 0; tail.gaps = 0; tail.dups = 0; tail.pending = [];
+  tail.last = 0; tail.from = null; tail.gaps = 0; tail.dups = 0; tail.pending = []; tail.backoff = REOPEN_MS;
   $("tail-pause").textContent = "pause";
   $("tail-table").tBodies[0].replaceChildren();
   if (!tail.name) return;
@@ -197,7 +255,7 @@ async function startTail() {
   let info;
   try {
     const r = await fetch(`/v1/streams/${enc}`, { cache: "no-store", credentials: "same-origin" });
-    if (!r.ok) throw new Error(`HTTP ${r.status}` + (r.status === 403 ? " (needs data.read)" : ""));
+    if (!r.ok) throw new Error(await refusal(r, "data.read"));
     info = await r.json();
   } catch (e) {
     if (gen === tail.gen) tailStatus("error", `${tail.name}: ${e.message}`);
@@ -219,9 +277,10 @@ async function startTail() {
     }
   }
   drawHead();
-  // the last rows first, then live
-  const from = info.durable && info.end_offset ? Math.max(1, info.end_offset - TAIL_ROWS_MAX) : null;
-  openTail(from, null);
+  // the last rows first, then live; a durable stream's tail always starts at an offset (also
+  // an empty one's), so that a pause before any row still resumes where it was
+  tail.from = info.durable ? Math.max(1, (info.end_offset || 0) - TAIL_ROWS_MAX) : null;
+  openTail(tail.from, null);
 }
 
 function tailUrl(from, afterId) {
@@ -232,26 +291,74 @@ function tailUrl(from, afterId) {
   return `/${encodeURIComponent(tail.name)}/events` + (q.length ? "?" + q.join("&") : "");
 }
 
+// Retry-After of `r` in ms (seconds or an HTTP date), or null.
+function retryAfterMs(r) {
+  const v = r.headers.get("retry-after");
+  if (!v) return null;
+  const s = Number(v);
+  if (Number.isFinite(s)) return Math.max(0, s) * 1000;
+  const at = Date.parse(v);
+  return Number.isFinite(at) ? Math.max(0, at - Date.now()) : null;
+}
+
+// EventSource never says why it was refused: ask the same URL with fetch, learn the status,
+// the server's message and Retry-After, and only then decide to stop or to try again.
+async function probeTail(url, gen, retry) {
+  let r = null;
+  const ctl = new AbortController();
+  try {
+    r = await fetch(url, { cache: "no-store", credentials: "same-origin", signal: ctl.signal });
+  } catch { r = null; }                                   // the broker is away: try again
+  if (gen !== tail.gen) { ctl.abort(); return; }
+  if (r && r.ok) ctl.abort();                             // it would stream now: reconnect
+  const again = (ms, why) => {
+    const secs = Math.ceil(ms / 1000);
+    tailStatus("connecting", `${why}; retrying in ${secs} s`);
+    tail.reopen = setTimeout(() => { if (gen === tail.gen) retry(); }, ms);
+  };
+  const backoff = () => { const ms = tail.backoff; tail.backoff = Math.min(REOPEN_MAX_MS, tail.backoff * 2); return ms; };
+  if (!r) return again(backoff(), "cannot reach the broker");
+  if (r.ok) return again(backoff(), "the stream ended");
+  const why = await refusal(r, "data.read");
+  if (gen !== tail.gen) return;
+  if (r.status === 429 || r.status >= 500 || r.status === 408) {
+    const wait = retryAfterMs(r);
+    if (wait !== null) tail.backoff = Math.min(REOPEN_MAX_MS, Math.max(tail.backoff, wait));
+    return again(wait !== null ? Math.max(wait, REOPEN_MS) : backoff(), why);
+  }
+  // any other refusal (a where= the server refuses, a grant missing or revoked, no such
+  // stream) will not change by trying again: say why and stop
+  tailStatus("error", (tail.where && r.status === 400 ? "where: " : `${tail.name}: `) + why);
+}
+
 function openTail(from, afterId) {
   const gen = tail.gen;
   // EventSource reconnects by itself after a dropped connection, sending Last-Event-ID: the
   // tail goes on after the last row it saw, across a broker restart
-  const es = new EventSource(tailUrl(from, afterId), { withCredentials: true });
+  const url = tailUrl(from, afterId);
+  const es = new EventSource(url, { withCredentials: true });
   tail.es = es;
   tailStatus("connecting", "connecting…");
   es.onopen = () => {
     if (gen !== tail.gen) return;
     tail.opens++;
-    tailStatus("open", `tailing ${tail.name}` + (tail.where ? " where " + tail.where : ""));
+    tail.backoff = REOPEN_MS;
+    tailStatus("open", `tailing ${tail.name}` + (tail.where ? " where " + tail.where : "") +
+      (tail.durable ? "" : " (live only: rows have no offset)"));
   };
   es.onmessage = (e) => {
     if (gen !== tail.gen) return;
     let f;
-    try { f = JSON.parse(e.data); } catch { return; }   // [offset, ts_us, row]
+    try { f = parseExact(e.data); } catch { return; }   // [offset, ts_us, row]
+    f[0] = plain(f[0]);
+    f[1] = plain(f[1]);
     const off = f[0];
-    if (off <= tail.last) { tail.dups++; return; }
-    if (tail.last && !tail.where && off !== tail.last + 1) tail.gaps++;
-    tail.last = off;
+    // a live-only stream's rows carry no offset (null): nothing to order or dedupe them by
+    if (off !== null && off !== undefined) {
+      if (off <= tail.last) { tail.dups++; return; }
+      if (tail.last && !tail.where && off !== tail.last + 1) tail.gaps++;
+      tail.last = off;
+    }
     tail.pending.push(f);
     if (tail.pending.length > TAIL_ROWS_MAX) tail.pending.shift();
     if (!tail.timer) tail.timer = setTimeout(flushTail, TAIL_RENDER_MS);
@@ -269,13 +376,13 @@ function openTail(from, afterId) {
   });
   es.onerror = () => {
     if (gen !== tail.gen) return;
+    tailStatus("connecting", "reconnecting…");
     if (es.readyState === EventSource.CLOSED) {
-      // a non-200 answer (503 while the broker stops, a cap): EventSource gave up for good, so
-      // start a new one after the last row seen
-      tailStatus("connecting", "reconnecting…");
-      tail.reopen = setTimeout(() => { if (gen === tail.gen) openTail(from, tail.last || null); }, REOPEN_MS);
-    } else {
-      tailStatus("connecting", "reconnecting…");
+      // a non-200 answer: EventSource gave up for good. Learn why; then stop (a refusal) or
+      // start a new one after the last row seen (503 while the broker stops, a cap, 429)
+      es.close();
+      if (tail.es === es) tail.es = null;
+      probeTail(tailUrl(from, tail.last || null), gen, () => openTail(from, tail.last || null));
     }
   };
 }
@@ -300,8 +407,8 @@ function flushTail() {
   for (let i = rows.length - 1; i >= 0; i--) {     // newest first
     const [off, ts, row] = rows[i];
     const tr = el("tr");
-    tr.dataset.offset = String(off);
-    const o = el("td", "n", String(off));
+    tr.dataset.offset = off === null || off === undefined ? "" : String(off);
+    const o = el("td", "n", off === null || off === undefined ? "–" : String(off));
     o.dataset.col = "offset";
     const t = el("td", "", typeof ts === "number" ? new Date(ts / 1000).toISOString().slice(11, 23) : fmtCell(ts));
     t.dataset.col = "ts";
@@ -326,12 +433,16 @@ function togglePause() {
     if (tail.timer) { clearTimeout(tail.timer); flushTail(); }
     tail.paused = true;
     $("tail-pause").textContent = "resume";
-    tailStatus("paused", `paused after offset ${tail.last}`);
+    tailStatus("paused", tail.last ? `paused after offset ${tail.last}` :
+      tail.from !== null ? `paused before offset ${tail.from}` : "paused (live only: rows published meanwhile are not kept)");
   } else {
     tail.paused = false;
     $("tail-pause").textContent = "pause";
     closeTail();
-    openTail(null, tail.last || null);
+    tail.backoff = REOPEN_MS;
+    // after the last row shown, else where the tail started (a durable stream's offset:
+    // nothing published while paused is skipped); a live-only stream goes on from now
+    openTail(tail.from, tail.last || null);
   }
 }
 
