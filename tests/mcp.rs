@@ -340,13 +340,11 @@ fn a_client_session_initializes_lists_and_calls_every_tool() {
     assert_eq!(ok(&r)["count"], 0);
     assert!(ok(&r)["next_cursor"].is_string());
 
-    // stream_state: listed, but keyed state is not built: a clear tool error, no fake data
+    // stream_state on a stream without a key: a clear tool error, no fake data (a keyed
+    // stream's windows: tests/keyed.rs)
     let (code, msg) = tool_error(&c.tool("stream_state", json!({"stream": "t"})));
     assert_eq!(code, "not_keyed");
-    assert!(
-        msg.contains("stream t is not keyed: keyed state is not built yet"),
-        "{msg}"
-    );
+    assert!(msg.contains("stream t is not keyed"), "{msg}");
 
     // the pull API's refusals, as tool errors
     let (code, msg) = tool_error(&c.tool("stream_collect", json!({"stream": "live"})));
@@ -806,6 +804,55 @@ fn the_official_python_client_runs_a_session() {
             .contains("limit: 10000 is over the maximum of 500"),
         "{v}"
     );
+}
+
+/// `stream_state` on a keyed stream: the windows of the collection in key order, then the
+/// token `GET /v1/streams/NAME/changes` takes (the state itself: tests/keyed.rs).
+#[test]
+fn stream_state_reads_a_keyed_streams_collection_in_windows() {
+    let setup = Setup::new();
+    let cfg = setup.config(
+        "[[stream]]\nname = \"k\"\nschema = \"@trade\"\nkey = [\"symbol\"]\nremove_when = { side = 0 }\n",
+    );
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    // symbols s0..s4, twice each (the later row wins); trade_id odd: side 1, kept
+    let mut published = Vec::new();
+    for round in 0..2 {
+        for s in 0..5 {
+            published.push(trade(1 + 2 * (round * 5 + s), &format!("s{s}")));
+        }
+    }
+    publish_batch(&server, "k", &published);
+    // one removal: an even trade_id has side 0
+    publish_batch(&server, "k", &[trade(100, "s2")]);
+    let mut c = Mcp::new(server.addr, None);
+    c.initialize();
+    let first = c.tool("stream_state", json!({"stream": "k", "limit": 3}));
+    let w1 = ok(&first).clone();
+    assert_eq!(w1["count"], 3);
+    let keys = |w: &Value| -> Vec<String> {
+        w["entities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["key"][0].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(keys(&w1), ["s0", "s1", "s3"], "key order, s2 removed");
+    assert_eq!(w1["entities"][0]["version"], 6, "the later row of s0");
+    assert!(w1["token"].is_null());
+    let cursor = w1["next_cursor"].as_str().expect("a cursor").to_string();
+    let second = c.tool("stream_state", json!({"stream": "k", "cursor": cursor}));
+    let w2 = ok(&second).clone();
+    assert_eq!(keys(&w2), ["s4"]);
+    assert!(w2["next_cursor"].is_null());
+    let token = w2["token"].as_str().expect("a token");
+    let changes = http_get(server.addr, &format!("/v1/streams/k/changes?token={token}"));
+    assert_eq!(changes.status, 200, "{}", changes.text());
+    assert_eq!(json_of(&changes)["count"], 0, "nothing since");
+    // bounds: refused, never clamped
+    let e = c.refused("stream_state", json!({"stream": "k", "limit": 501}));
+    assert_eq!(e["code"], -32602, "{e}");
 }
 
 /// The raw JSON text at `path` of `body` (what a client that keeps numbers exact reads).

@@ -297,6 +297,14 @@ pub struct StreamConfig {
     pub evict_after: EvictAfter,
     /// How long published files no kept version names stay before they are deleted.
     pub published_grace: Duration,
+    /// Key columns of a keyed stream (`key = ["symbol"]`); empty: not keyed.
+    pub key: Vec<String>,
+    /// `remove_when`: a `where=`-style JSON object; a row that matches removes its key.
+    pub remove_when: Option<String>,
+    /// Entities a keyed stream's state holds at most.
+    pub max_keys: usize,
+    /// How often a keyed stream's state is checkpointed (when it moved).
+    pub checkpoint_every: Duration,
 }
 
 impl StreamConfig {
@@ -323,6 +331,10 @@ impl StreamConfig {
             },
             evict_after: EvictAfter::Published,
             published_grace: DEFAULT_PUBLISHED_GRACE,
+            key: Vec::new(),
+            remove_when: None,
+            max_keys: DEFAULT_MAX_KEYS,
+            checkpoint_every: DEFAULT_CHECKPOINT_EVERY,
         }
     }
 }
@@ -430,6 +442,84 @@ struct RawStream {
     published: Option<String>,
     evict_after: Option<String>,
     published_grace_s: Option<i64>,
+    key: Option<Vec<String>>,
+    remove_when: Option<toml::Value>,
+    max_keys: Option<i64>,
+    checkpoint_every_s: Option<i64>,
+}
+
+/// Entities a keyed stream's state holds unless `max_keys` says otherwise.
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
+/// How often a keyed stream's state is checkpointed unless `checkpoint_every_s` says otherwise.
+pub const DEFAULT_CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
+
+/// The keyed-state keys of one stream (`key`, `remove_when`, `max_keys`, `checkpoint_every_s`):
+/// `Err((key, why))`. The key columns are checked against the schema at start-up
+/// (`state::spec_for`), where the schema is compiled.
+fn keyed_keys(s: &RawStream, sc: &mut StreamConfig) -> Result<(), (&'static str, String)> {
+    let needs_key = |key: &'static str| -> Result<(), (&'static str, String)> {
+        if s.key.is_none() {
+            return Err((
+                key,
+                "set on a stream without key = [...]: only a keyed stream keeps state".into(),
+            ));
+        }
+        Ok(())
+    };
+    if let Some(cols) = &s.key {
+        if cols.is_empty() {
+            return Err((
+                "key",
+                "an empty list: name one or more columns, e.g. key = [\"symbol\"]".into(),
+            ));
+        }
+        for (i, c) in cols.iter().enumerate() {
+            if cols[..i].contains(c) {
+                return Err(("key", format!("column {c:?} is named twice")));
+            }
+        }
+        if !sc.durable {
+            return Err(("key", "a keyed stream needs a log (its state is recovered from it): set durable = true or drop key".into()));
+        }
+        sc.key = cols.clone();
+    }
+    if let Some(v) = &s.remove_when {
+        needs_key("remove_when")?;
+        let text = match v {
+            toml::Value::String(t) => t.clone(),
+            toml::Value::Table(_) => serde_json::to_string(v).map_err(|e| ("remove_when", e.to_string()))?,
+            other => {
+                return Err(("remove_when", format!("{other} is not a table of column = value(s) such as {{ action = [\"C\"] }} (or that JSON object as a string)")))
+            }
+        };
+        sc.remove_when = Some(text);
+    }
+    if let Some(n) = s.max_keys {
+        needs_key("max_keys")?;
+        let max: i64 = 1 << 30;
+        if !(1..=max).contains(&n) {
+            return Err((
+                "max_keys",
+                format!("{n} is outside 1..={max} (the default is {DEFAULT_MAX_KEYS})"),
+            ));
+        }
+        sc.max_keys = n as usize;
+    }
+    if let Some(n) = s.checkpoint_every_s {
+        needs_key("checkpoint_every_s")?;
+        if !(1..=86_400).contains(&n) {
+            return Err((
+                "checkpoint_every_s",
+                format!(
+                    "{n} is outside 1..=86400 seconds (the default is {})",
+                    DEFAULT_CHECKPOINT_EVERY.as_secs()
+                ),
+            ));
+        }
+        sc.checkpoint_every = Duration::from_secs(n as u64);
+    }
+    Ok(())
 }
 
 /// Parses a `published` value (`key` names it in errors).
@@ -583,7 +673,7 @@ impl Config {
             None => None,
         };
         let mut streams = Vec::new();
-        for (i, s) in raw.stream.into_iter().enumerate() {
+        for (i, mut s) in raw.stream.into_iter().enumerate() {
             let k = |f: &str| format!("stream[{i}].{f}");
             if !valid_stream_name(&s.name) {
                 return Err(err(
@@ -618,7 +708,7 @@ impl Config {
                     "exactly-once needs a log: set durable = true or drop exactly_once".into(),
                 ));
             }
-            match s.max_replay {
+            match s.max_replay.take() {
                 None => {}
                 Some(toml::Value::String(v)) if v == "unlimited" => sc.max_replay = None,
                 Some(toml::Value::Integer(n)) if n >= 0 => sc.max_replay = Some(n as u64),
@@ -753,6 +843,7 @@ impl Config {
                 }
                 sc.published_grace = Duration::from_secs(n as u64);
             }
+            keyed_keys(&s, &mut sc).map_err(|(key, why)| err(&k(key), why))?;
             streams.push(sc);
         }
         if streams.is_empty() {
@@ -1023,6 +1114,78 @@ mod tests {
         );
         let e = load("write_timeout_s = 0\n").unwrap_err();
         assert_eq!(e.key, "write_timeout_s", "{e}");
+    }
+
+    #[test]
+    fn keyed_stream_keys_load_and_refusals_name_the_key() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write(
+            d.path(),
+            "k.toml",
+            "[[stream]]\nname = \"mbo\"\nkey = [\"order_id\", \"side\"]\n\
+             remove_when = { action = [\"C\", \"F\"] }\nmax_keys = 500\ncheckpoint_every_s = 3\n\
+             [[stream]]\nname = \"s\"\nkey = [\"id\"]\nremove_when = '{\"gone\":true}'\n\
+             [[stream]]\nname = \"plain\"\n",
+        );
+        let c = Config::load(&p).unwrap();
+        let mbo = &c.streams[0];
+        assert_eq!(mbo.key, ["order_id", "side"]);
+        let rw: serde_json::Value =
+            serde_json::from_str(mbo.remove_when.as_deref().unwrap()).unwrap();
+        assert_eq!(rw, serde_json::json!({"action": ["C", "F"]}));
+        assert_eq!(
+            (mbo.max_keys, mbo.checkpoint_every),
+            (500, Duration::from_secs(3))
+        );
+        assert_eq!(
+            c.streams[1].remove_when.as_deref(),
+            Some(r#"{"gone":true}"#)
+        );
+        assert!(c.streams[2].key.is_empty());
+        assert_eq!(c.streams[2].max_keys, DEFAULT_MAX_KEYS);
+        for (body, key, why) in [
+            ("key = []", "stream[0].key", "an empty list"),
+            ("key = [\"a\", \"a\"]", "stream[0].key", "named twice"),
+            (
+                "durable = false\nkey = [\"a\"]",
+                "stream[0].key",
+                "needs a log",
+            ),
+            (
+                "remove_when = { a = 1 }",
+                "stream[0].remove_when",
+                "without key",
+            ),
+            (
+                "key = [\"a\"]\nremove_when = 3",
+                "stream[0].remove_when",
+                "is not a table",
+            ),
+            (
+                "key = [\"a\"]\nmax_keys = 0",
+                "stream[0].max_keys",
+                "outside 1..=",
+            ),
+            (
+                "checkpoint_every_s = 5",
+                "stream[0].checkpoint_every_s",
+                "without key",
+            ),
+            (
+                "key = [\"a\"]\ncheckpoint_every_s = 0",
+                "stream[0].checkpoint_every_s",
+                "outside 1..=86400",
+            ),
+        ] {
+            let p = write(
+                d.path(),
+                "bad.toml",
+                &format!("[[stream]]\nname = \"t\"\n{body}\n"),
+            );
+            let e = Config::load(&p).unwrap_err();
+            assert_eq!(e.key, key, "{body}: {e}");
+            assert!(e.reason.contains(why), "{body}: {e}");
+        }
     }
 
     #[test]

@@ -25,6 +25,10 @@ type HmacSha256 = Hmac<Sha256>;
 const VERSION: u8 = 1;
 const TAG_BYTES: usize = 16;
 const RAW_BYTES: usize = 1 + 8 + 8 + TAG_BYTES;
+/// The version byte of a cursor carrying a payload ([`CursorKey::sign_blob`]).
+const BLOB_VERSION: u8 = 2;
+/// Most payload bytes one [`CursorKey::sign_blob`] cursor carries.
+pub const BLOB_PAYLOAD_MAX: usize = 4096;
 /// The key file's name in the data directory.
 pub const KEY_FILE: &str = ".cursor_key";
 
@@ -152,6 +156,52 @@ impl CursorKey {
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
     }
 
+    /// A cursor carrying `payload` (≤ [`BLOB_PAYLOAD_MAX`] bytes), valid until `expires_s`
+    /// (Unix seconds): the keyed state's window cursors and change tokens
+    /// (`crate::state::http`), bound like the pull cursors.
+    pub fn sign_blob(&self, b: &Binding<'_>, payload: &[u8], expires_s: u64) -> String {
+        assert!(
+            payload.len() <= BLOB_PAYLOAD_MAX,
+            "a cursor payload is bounded"
+        );
+        let mut raw = Vec::with_capacity(1 + 8 + payload.len() + TAG_BYTES);
+        raw.push(BLOB_VERSION);
+        raw.extend_from_slice(&expires_s.to_be_bytes());
+        raw.extend_from_slice(payload);
+        let tag = self.tag(b, &raw);
+        raw.extend_from_slice(&tag[..TAG_BYTES]);
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+    }
+
+    /// The payload of a [`CursorKey::sign_blob`] cursor, if it is ours, intact, bound to `b`
+    /// and not expired.
+    pub fn verify_blob(
+        &self,
+        b: &Binding<'_>,
+        cursor: &str,
+        now_s: u64,
+    ) -> Result<Vec<u8>, CursorError> {
+        if cursor.len() > (1 + 8 + BLOB_PAYLOAD_MAX + TAG_BYTES) * 4 / 3 + 4 {
+            return Err(CursorError::Invalid);
+        }
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(cursor)
+            .map_err(|_| CursorError::Invalid)?;
+        if raw.len() < 1 + 8 + TAG_BYTES || raw[0] != BLOB_VERSION {
+            return Err(CursorError::Invalid);
+        }
+        let (fixed, tag) = raw.split_at(raw.len() - TAG_BYTES);
+        let want = self.tag(b, fixed);
+        if !constant_time_eq(&want[..TAG_BYTES], tag) {
+            return Err(CursorError::Invalid);
+        }
+        let expires = u64::from_be_bytes(fixed[1..9].try_into().expect("8 bytes"));
+        if now_s >= expires {
+            return Err(CursorError::Expired);
+        }
+        Ok(fixed[9..].to_vec())
+    }
+
     /// The next offset a cursor carries, if it is ours, intact, bound to `b` and not expired.
     pub fn verify(&self, b: &Binding<'_>, cursor: &str, now_s: u64) -> Result<u64, CursorError> {
         if cursor.len() > 64 {
@@ -275,6 +325,33 @@ mod tests {
         );
         assert_eq!(
             k.verify(&b("t", "", "127.0.0.1"), "!!", 1000),
+            Err(CursorError::Invalid)
+        );
+    }
+
+    #[test]
+    fn blobs_round_trip_bound_and_never_read_as_offsets() {
+        let k = CursorKey::new(b"0123456789abcdef", 60);
+        let c = k.sign_blob(&b("t", "state", "x"), b"\x01payload", 1060);
+        assert_eq!(
+            k.verify_blob(&b("t", "state", "x"), &c, 1000),
+            Ok(b"\x01payload".to_vec())
+        );
+        assert_eq!(
+            k.verify_blob(&b("t", "state2", "x"), &c, 1000),
+            Err(CursorError::Invalid)
+        );
+        assert_eq!(
+            k.verify_blob(&b("t", "state", "x"), &c, 1060),
+            Err(CursorError::Expired)
+        );
+        assert_eq!(
+            k.verify(&b("t", "state", "x"), &c, 1000),
+            Err(CursorError::Invalid)
+        );
+        let pull = k.sign(&b("t", "state", "x"), 5, 1000);
+        assert_eq!(
+            k.verify_blob(&b("t", "state", "x"), &pull, 1000),
             Err(CursorError::Invalid)
         );
     }

@@ -13,6 +13,9 @@
 //! Bulk ingest (`POST /v1/streams/NAME/ingest`) has its own module, [`ingest`], and joins the
 //! same path at step 3.
 //!
+//! Keyed streams (`key = [...]`) keep the latest row per key on a state thread of their own
+//! ([`state`]), fed by the writer after each commit; `?state` subscribes start with it.
+//!
 //! The Model Context Protocol endpoint (`POST /mcp`), whose tools read over the pull API's
 //! contract, is [`mcp`].
 //!
@@ -41,6 +44,7 @@ pub mod replay;
 pub mod server;
 pub mod session;
 pub mod shard;
+pub mod state;
 pub mod tier;
 pub mod tls;
 pub mod ui;

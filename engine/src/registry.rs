@@ -183,6 +183,8 @@ pub struct Stream {
     pub state: StateCell,
     /// When the stream was retired, µs since the epoch (0: not retired).
     pub retired_at_us: AtomicI64,
+    /// The keyed state's handle (`key = [...]` streams only).
+    pub keyed: Option<crate::state::Keyed>,
 }
 
 /// The next [`Stream::generation`].

@@ -91,6 +91,7 @@ pub struct Running {
     )>,
     maintenance: Maintenance,
     control: Option<crate::control::Control>,
+    state_threads: Vec<(Arc<Stream>, std::thread::JoinHandle<()>)>,
     pool: ReaderPool,
     shared: Arc<Shared>,
     _lock: File,
@@ -335,6 +336,13 @@ pub(crate) fn open_stream(sc: &StreamConfig, how: &OpenAs<'_>) -> Result<Opened,
         Some(s) => RowCodec::Schema(s.clone()),
         None => RowCodec::Schemaless,
     };
+    let keyed = if sc.key.is_empty() {
+        None
+    } else {
+        let spec = crate::state::spec_for(sc, schema.as_ref())?;
+        tracing::info!(stream = %sc.name, key = ?sc.key, remove_when = ?sc.remove_when, max_keys = sc.max_keys, "keyed: the latest row per key is kept (?state)");
+        Some(crate::state::Keyed::new(sc, spec, end))
+    };
     let stream = Arc::new(Stream {
         index,
         cfg: sc.clone(),
@@ -357,6 +365,7 @@ pub(crate) fn open_stream(sc: &StreamConfig, how: &OpenAs<'_>) -> Result<Opened,
         generation: crate::registry::next_generation(),
         state: crate::registry::StateCell::new(state),
         retired_at_us: AtomicI64::new(retired_at_us),
+        keyed,
     });
     Ok(Opened {
         stream,
@@ -405,6 +414,7 @@ pub(crate) fn shell_stream(
         generation: crate::registry::next_generation(),
         state: crate::registry::StateCell::new(StreamState::Stopped),
         retired_at_us: AtomicI64::new(0),
+        keyed: None,
     }))
 }
 
@@ -614,6 +624,12 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         managed_maintenance.insert(i, m);
     }
     let pool = ReaderPool::start(2, registry.clone());
+    let mut state_threads = Vec::new();
+    for st in registry.load().streams.iter().filter(|s| s.keyed.is_some()) {
+        let h = crate::state::start(st.clone(), pool.sender())
+            .map_err(|e| StartError::Other(format!("cannot start a state thread: {e}")))?;
+        state_threads.push((st.clone(), h));
+    }
     let mut shared = Shared::new(
         registry,
         writer_senders,
@@ -701,6 +717,7 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         writers,
         maintenance,
         control: Some(control),
+        state_threads,
         pool,
         shared,
         _lock: lock,
@@ -748,6 +765,16 @@ impl Running {
             let _ = tx.send(WriterMsg::Stop);
         }
         for (_, h) in self.writers {
+            let _ = h.join();
+        }
+        // after the writers: every committed batch is in the state inboxes; each thread folds
+        // them and writes its last checkpoint
+        for (st, _) in &self.state_threads {
+            if let Some(k) = &st.keyed {
+                k.stop();
+            }
+        }
+        for (_, h) in self.state_threads {
             let _ = h.join();
         }
         drop(self.shared);

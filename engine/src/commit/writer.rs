@@ -376,6 +376,10 @@ impl Writer {
             }
             st.end.store(end, Ordering::Release);
             st.stats.rows_in.fetch_add(n, Ordering::Relaxed);
+            // the keyed state, off this thread: waits only while the state inbox is full
+            if let Some(k) = &st.keyed {
+                k.feed(batch);
+            }
         }
         st.inbound.fetch_sub(rows_total, Ordering::AcqRel);
         for (a, r) in appends.into_iter().zip(replies) {

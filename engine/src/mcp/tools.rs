@@ -5,7 +5,7 @@
 //! | `stream_catalog` | the catalog (streams the caller may read), or one entry | the streams declared |
 //! | `stream_peek` | the latest rows | `limit` ≤ 500, ≤ 4 MiB |
 //! | `stream_collect` | a window from a cursor (or `from`) with `next_cursor` | `limit` ≤ 500, ≤ 4 MiB, no wait |
-//! | `stream_state` | a collection window of a keyed stream | keyed state is not built yet: a tool error |
+//! | `stream_state` | a collection window of a keyed stream ([`crate::state::http::window`]: entities in key order, `next_cursor`, then a `token` for `GET …/changes`) | `limit` ≤ 500, ≤ 4 MiB |
 //! | `stream_subscribe` | one long poll: the rows after a cursor, waiting for one to commit | `wait_s` ≤ 60, `limit` ≤ 500 |
 //!
 //! The work is [`pull`]'s own functions ([`pull::catalog`], [`pull::latest`], [`pull::rows`]):
@@ -89,7 +89,7 @@ fn description(name: &str) -> &'static str {
         "stream_catalog" => "The catalog: every stream you may read, with its schema, durability, stream_id, end_offset (the next offset to be assigned), earliest_offset and limits; with stream, that one entry.",
         "stream_peek" => "The latest rows of a stream (at most 500), each as [offset, ts_us, row], with end_offset.",
         "stream_collect" => "A window of at most 500 rows from a cursor (or from an offset, earliest or latest), each as [offset, ts_us, row], with next_offset, end_offset and next_cursor to continue; status gap names the missing offsets. Returns at once.",
-        "stream_state" => "A window of the current entity per key of a keyed stream (collection read), ordered by key, with a token for the changes since. Keyed state is not built yet: this answers an error for every stream.",
+        "stream_state" => "A window of the current entity per key of a keyed stream (collection read), ordered by key, each {key, version, ts, row}, with next_cursor to continue and, on the last window, a token for GET /v1/streams/NAME/changes. A stream without key = [...] answers not_keyed.",
         "stream_subscribe" => "One bounded long poll: the rows after a cursor, waiting up to wait_s (at most 60 s) for one to commit when none is new; at most 500 rows, with next_cursor to poll again.",
         _ => "",
     }
@@ -261,17 +261,19 @@ pub async fn call(
             Ok(st) => pull::latest(ctx, &st, limit(10)).await,
             Err(e) => Err(e),
         },
-        "stream_state" => readable(ctx, who, stream.unwrap_or("")).and_then(|st| {
-            Err(Refused {
-                status: 409,
-                code: "not_keyed",
-                message: format!(
-                    "stream {} is not keyed: keyed state is not built yet (read its rows with stream_collect)",
-                    st.cfg.name
-                ),
-                retry_after: false,
-            })
-        }),
+        "stream_state" => match readable(ctx, who, stream.unwrap_or("")) {
+            Err(e) => Err(e),
+            Ok(st) => {
+                let where_text = args.get("where").map(Value::to_string);
+                let ask = crate::state::http::WindowAsk {
+                    cursor: arg_str("cursor"),
+                    limit: limit(100),
+                    filter: where_text.as_deref(),
+                };
+                let caller = pull::caller_of(client.peer, who);
+                crate::state::http::window(&st, ask, &caller).await
+            }
+        },
         "stream_collect" | "stream_subscribe" => {
             let wait_s = if name == "stream_subscribe" {
                 args.get("wait_s").and_then(Value::as_f64).unwrap_or(30.0)

@@ -20,6 +20,7 @@ use corecast_net::ws::close::CloseCode;
 use corecast_net::ws::frame::encode_close;
 use corecast_net::ws::handshake::{is_upgrade_request, response_101, validate_upgrade};
 
+use super::deliver::Rendering;
 use super::publisher::ExactlyOnce;
 use super::route::{bad_request, route, Intent, Refusal};
 use super::subscriber::Start;
@@ -299,6 +300,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             stream,
             offset,
             where_json,
+            state,
         } => {
             let st = ctx.shared.registry.load().streams[stream].clone();
             if let Some((code, reason)) = st.subscriber_end() {
@@ -311,6 +313,33 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
                     Err(detail) => return refuse(wr, out, bad_request(&detail)).await,
                 },
             };
+            // `?state`: the state thread's snapshot at offset S (a commit boundary), then the
+            // log from S, like a replay from S: every key's latest row below S once, in offset
+            // order, then every row from S on — no gap, no duplicate at the join
+            let snapshot = match (state, &st.keyed) {
+                // boxed: only a `?state` subscribe waits for a snapshot
+                (true, Some(k)) => {
+                    match Box::pin(k.snapshot(filter.clone(), Rendering::WebSocket)).await {
+                        Ok(s) => Some(s),
+                        Err(why) => {
+                            return refuse(
+                                wr,
+                                out,
+                                Refusal {
+                                    code: if why == crate::state::Unavailable::Busy {
+                                        1013
+                                    } else {
+                                        1011
+                                    },
+                                    reason: format!("{{\"error\":\"{}\"}}", why.code()),
+                                },
+                            )
+                            .await
+                        }
+                    }
+                }
+                _ => None,
+            };
             // attach and read the frontier in one step on this thread: no gap, no duplicate
             let signal = Rc::new(Signal::default());
             let head = {
@@ -319,28 +348,45 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
                 hub.attach(&signal);
                 hub.head()
             };
-            let (start, replay) = match offset {
-                None => (
+            let (start, replay, end_offset) = match (offset, snapshot) {
+                (_, Some(s)) => (
+                    Start {
+                        next: s.at,
+                        // rows between S and this shard's head are owed as a replay is
+                        replay_end: head.max(s.at),
+                        snapshot: s.chunks,
+                        snapshot_entities: s.entities,
+                    },
+                    Some((s.first.unwrap_or(s.at), s.at)),
+                    s.at,
+                ),
+                (None, None) => (
                     Start {
                         next: head,
                         replay_end: head,
+                        snapshot: Vec::new(),
+                        snapshot_entities: 0,
                     },
                     None,
+                    head,
                 ),
-                Some(n) => match replay_window(&st, n, head) {
+                (Some(n), None) => match replay_window(&st, n, head) {
                     Ok(first) => (
                         Start {
                             next: first,
                             replay_end: head,
+                            snapshot: Vec::new(),
+                            snapshot_entities: 0,
                         },
                         Some((first, head)),
+                        head,
                     ),
                     Err(r) => return refuse(wr, out, r).await,
                 },
             };
             greeting(
                 &st,
-                st.durable().then_some(head),
+                st.durable().then_some(end_offset),
                 replay,
                 filter.as_ref().map(|f| f.echo()),
                 None,

@@ -287,6 +287,34 @@ fn render_all(shared: &Shared) -> String {
             ld(&st.sse_dropped_slow)
         );
     }
+    // keyed streams only (`key = [...]`)
+    let keyed: Vec<(usize, &crate::state::StateStats)> = streams
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.keyed.as_ref().map(|k| (i, &k.stats)))
+        .collect();
+    if !keyed.is_empty() {
+        type Pick = fn(&crate::state::StateStats) -> u64;
+        let families: [(&str, &str, &str, Pick); 11] = [
+            ("corecast_state_keys", "gauge", "Entities a keyed stream's state holds (at most max_keys).", |s| s.keys.load(Ordering::Relaxed)),
+            ("corecast_state_row_bytes", "gauge", "Summed bytes of the rows a keyed stream's state holds.", |s| s.row_bytes.load(Ordering::Relaxed)),
+            ("corecast_state_position", "gauge", "The next offset the state will fold (the state is that of every row below it).", |s| s.position.load(Ordering::Relaxed)),
+            ("corecast_state_incomplete", "gauge", "1 while the state lacks something (a key over max_keys, or history lost) and reads of it are refused.", |s| u64::from(s.incomplete.load(Ordering::Relaxed))),
+            ("corecast_state_keys_refused_total", "counter", "Rows whose new key was over max_keys (not kept; the state is incomplete).", |s| s.keys_refused.load(Ordering::Relaxed)),
+            ("corecast_state_removals_total", "counter", "Keys removed by remove_when.", |s| s.removals.load(Ordering::Relaxed)),
+            ("corecast_state_checkpoints_total", "counter", "State checkpoints written since start.", |s| s.checkpoints.load(Ordering::Relaxed)),
+            ("corecast_state_checkpoint_offset", "gauge", "The offset the latest checkpoint covers (rows below it).", |s| s.checkpoint_offset.load(Ordering::Relaxed)),
+            ("corecast_state_recovered_from", "gauge", "The checkpoint position recovery started from at start-up (0: none).", |s| s.recovered_from.load(Ordering::Relaxed)),
+            ("corecast_state_recovered_tail_rows", "gauge", "Rows of the log past the checkpoint that recovery folded at start-up.", |s| s.recovered_tail_rows.load(Ordering::Relaxed)),
+            ("corecast_state_snapshot_entities_total", "counter", "Entities sent in ?state snapshots.", |s| s.snapshot_entities.load(Ordering::Relaxed)),
+        ];
+        for (name, kind, help, pick) in families {
+            family(&mut o, name, kind, help);
+            for (i, s) in &keyed {
+                let _ = writeln!(o, "{name}{{stream=\"{}\"}} {}", names[*i], pick(s));
+            }
+        }
+    }
     family(
         &mut o,
         "corecast_refusals_total",

@@ -2,7 +2,8 @@
 //!
 //! - `GET /v1/streams` — the catalog; `GET /v1/streams/NAME` — one entry: schema (as the greeting
 //!   publishes it), durable, exactly_once, stream_id, end_offset, earliest_offset, max_replay and
-//!   the other limits, subscribers by transport, publishers.
+//!   the other limits, subscribers by transport, publishers, tiers, and `keyed` (`null`, or a
+//!   keyed stream's key, `remove_when`, `max_keys` and state counters).
 //! - `GET /v1/streams/NAME/latest?limit=N` — the last N rows (N ≤ 500, default 10), each as
 //!   `[offset,ts,row]` (the WebSocket payload).
 //! - `GET /v1/streams/NAME/rows?cursor=C&limit=N&wait=S&where=…&from=latest` — at most N rows
@@ -117,7 +118,7 @@ pub struct Refused {
 }
 
 impl Refused {
-    fn new(status: u16, code: &'static str, message: impl Into<String>) -> Refused {
+    pub(crate) fn new(status: u16, code: &'static str, message: impl Into<String>) -> Refused {
         Refused {
             status,
             code,
@@ -181,6 +182,8 @@ pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, client: Client<'_>) -> Op
         [""] | [_] | [_, ""] => Some(&[]),
         [_, "latest"] => Some(&["limit"]),
         [_, "rows"] => Some(&["cursor", "limit", "wait", "where", "from"]),
+        [_, "state"] => Some(&["cursor", "limit", "where"]),
+        [_, "changes"] => Some(&["token", "limit", "where"]),
         _ => None, // no endpoint: the 404 below says so, whatever the query
     };
     if let Some(detail) = allowed.and_then(|a| super::route::unknown_params_listed(&q, a)) {
@@ -210,9 +213,35 @@ pub async fn handle(ctx: &Rc<ShardCtx>, req: &Request, client: Client<'_>) -> Op
             },
             Err(e) => e,
         },
+        [name, what @ ("state" | "changes")] => match find(name) {
+            Ok(st) => {
+                let caller = caller_of(client.peer, client.who);
+                let r = if *what == "state" {
+                    match crate::state::http::window_ask(&q) {
+                        Ok(ask) => crate::state::http::window(&st, ask, &caller).await,
+                        Err(e) => Err(e),
+                    }
+                } else {
+                    crate::state::http::changes(&st, &q, &caller).await
+                };
+                respond(r)
+            }
+            Err(e) => e,
+        },
         _ => err(404, "not_found", &format!("no endpoint at {path}")),
     };
     Some(Answer::Respond(resp))
+}
+
+/// Whom a cursor is bound to: the client's address, and the principal when there is one (a
+/// cursor issued to one principal is refused to another, even from the same address).
+pub(crate) fn caller_of(peer: Option<IpAddr>, who: &crate::auth::Identity) -> String {
+    let mut caller = peer.map(|p| p.to_string()).unwrap_or_default();
+    if let Some(name) = who.name() {
+        caller.push('\n');
+        caller.push_str(name);
+    }
+    caller
 }
 
 fn respond(r: Result<Vec<u8>, Refused>) -> Vec<u8> {
@@ -254,7 +283,7 @@ fn entry(st: &Stream, o: &mut String) {
     let durable = st.durable();
     let _ = write!(
         o,
-        "{{\"name\":{},\"schema\":{},\"durable\":{},\"exactly_once\":{},\"stream_id\":{},\"end_offset\":{},\"earliest_offset\":{},\"max_replay\":{},\"limits\":{{\"max_replay\":{},\"max_backlog\":{},\"max_in_flight\":{},\"max_inbound\":{},\"max_message_bytes\":{},\"window_rows\":{},\"wait_s\":{}}},\"subscribers\":{{\"websocket\":{},\"sse\":{},\"pull\":{}}},\"publishers\":{},\"tiers\":{}}}",
+        "{{\"name\":{},\"schema\":{},\"durable\":{},\"exactly_once\":{},\"stream_id\":{},\"end_offset\":{},\"earliest_offset\":{},\"max_replay\":{},\"limits\":{{\"max_replay\":{},\"max_backlog\":{},\"max_in_flight\":{},\"max_inbound\":{},\"max_message_bytes\":{},\"window_rows\":{},\"wait_s\":{}}},\"subscribers\":{{\"websocket\":{},\"sse\":{},\"pull\":{}}},\"publishers\":{},\"tiers\":{},\"keyed\":{}}}",
         jstr(&st.cfg.name),
         st.schema_published.as_deref().unwrap_or("null"),
         durable,
@@ -275,10 +304,29 @@ fn entry(st: &Stream, o: &mut String) {
         st.stats.pull_waiting.load(Ordering::Relaxed).max(0),
         st.stats.publishers.load(Ordering::Relaxed).max(0),
         crate::tier::tiers_json(st),
+        keyed_json(st),
     );
 }
 
-fn parse_limit(q: &Query, default: usize) -> Result<usize, Refused> {
+/// A keyed stream's declaration and state counters, or `null`.
+fn keyed_json(st: &Stream) -> String {
+    let Some(k) = &st.keyed else {
+        return "null".into();
+    };
+    let s = &k.stats;
+    format!(
+        "{{\"key\":{},\"remove_when\":{},\"max_keys\":{},\"keys\":{},\"position\":{},\"incomplete\":{},\"ready\":{}}}",
+        sonic_rs::to_string(&st.cfg.key).unwrap_or_else(|_| "[]".into()),
+        st.cfg.remove_when.as_deref().unwrap_or("null"),
+        k.max_keys,
+        s.keys.load(Ordering::Relaxed),
+        s.position.load(Ordering::Relaxed),
+        s.incomplete.load(Ordering::Relaxed),
+        s.ready.load(Ordering::Acquire),
+    )
+}
+
+pub(crate) fn parse_limit(q: &Query, default: usize) -> Result<usize, Refused> {
     match q.get("limit") {
         None => Ok(default),
         Some(v) => match v.trim().parse::<u64>() {
@@ -509,7 +557,7 @@ impl std::fmt::Write for Bytes<'_> {
     }
 }
 
-fn now_s() -> u64 {
+pub(crate) fn now_s() -> u64 {
     (now_us() / 1_000_000).max(0) as u64
 }
 
@@ -616,12 +664,7 @@ pub async fn rows(
             Err(detail) => return Err(Refused::new(400, "bad_request", detail)),
         },
     };
-    let mut caller = peer.map(|p| p.to_string()).unwrap_or_default();
-    if let Some(name) = who.name() {
-        // a cursor issued to one principal is refused to another, even from the same address
-        caller.push('\n');
-        caller.push_str(name);
-    }
+    let caller = caller_of(peer, who);
     let binding = Binding {
         stream: &st.cfg.name,
         stream_id: st.stream_id.as_deref().unwrap_or(""),

@@ -18,6 +18,8 @@ pub enum Intent {
         offset: Option<u64>,
         /// The raw `where=` JSON.
         where_json: Option<String>,
+        /// `?state`: the keyed state first (the latest row per key), then live.
+        state: bool,
     },
     /// Publish to the stream.
     Publish {
@@ -156,7 +158,8 @@ pub fn route(
     visible: &dyn Fn(&str) -> bool,
 ) -> Result<Intent, Refusal> {
     let q = Query::parse(query);
-    if let Some(detail) = unknown_params(&q, &["offset", "publish", "publisher", "where"]) {
+    if let Some(detail) = unknown_params(&q, &["offset", "publish", "publisher", "where", "state"])
+    {
         return Err(bad_request(&detail));
     }
     let publish = q.contains("publish");
@@ -168,6 +171,17 @@ pub fn route(
     if publish && q.contains("where") {
         return Err(bad_request(
             "publish takes no where=; a publisher receives nothing",
+        ));
+    }
+    let state = q.contains("state");
+    if state && publish {
+        return Err(bad_request(
+            "state is a way to subscribe; a publisher receives nothing",
+        ));
+    }
+    if state && q.contains("offset") {
+        return Err(bad_request(
+            "state and offset are two starts (the keyed state, or a log offset); pass one",
         ));
     }
     let publisher = q.get("publisher").map(str::to_string);
@@ -214,6 +228,11 @@ pub fn route(
             publisher,
         });
     }
+    if state && stream.keyed.is_none() {
+        return Err(bad_request(&format!(
+            "state needs a keyed stream; {name} declares no key"
+        )));
+    }
     let offset = match q.get("offset") {
         None => None,
         Some(raw) => match parse_py_int(raw) {
@@ -233,6 +252,7 @@ pub fn route(
         stream: stream.index,
         offset,
         where_json: q.get("where").map(str::to_string),
+        state,
     })
 }
 

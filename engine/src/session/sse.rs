@@ -333,10 +333,21 @@ pub async fn serve(
         return;
     };
     let q = Query::parse(req.query.as_bytes());
-    let refusal = unknown_params_listed(&q, &["offset", "where", "lastEventId"]).or_else(|| {
-        (q.contains("offset") && !st.durable())
-            .then(|| format!("offset= needs a log; stream {name} is live only (not_durable)"))
-    });
+    let refusal = unknown_params_listed(&q, &["offset", "where", "lastEventId", "state"])
+        .or_else(|| {
+            (q.contains("offset") && !st.durable())
+                .then(|| format!("offset= needs a log; stream {name} is live only (not_durable)"))
+        })
+        .or_else(|| {
+            (q.contains("state") && st.keyed.is_none())
+                .then(|| format!("state needs a keyed stream; {name} declares no key"))
+        })
+        .or_else(|| {
+            (q.contains("state") && q.contains("offset")).then(|| {
+                "state and offset are two starts (the keyed state, or a log offset); pass one"
+                    .to_string()
+            })
+        });
     if let Some(detail) = refusal {
         let _ = wr
             .write_all(error(400, "bad_request", &detail, false))
@@ -402,6 +413,26 @@ pub async fn serve(
         let _ = wr.shutdown().await;
         return;
     };
+    // `?state` (unless a reconnect's Last-Event-ID says where the reader is: the snapshot
+    // came in offset order, so resuming after the last id it saw completes it): the state at
+    // S, then the log from S
+    let snapshot = match (&st.keyed, q.contains("state") && last_id.is_none()) {
+        (Some(k), true) => match Box::pin(k.snapshot(filter.clone(), Rendering::Sse)).await {
+            Ok(s) => Some(s),
+            Err(why) => {
+                super::metrics::count_refusal(503);
+                let msg = match why {
+                    crate::state::Unavailable::Busy => "the state thread's request queue is full; retry later",
+                    crate::state::Unavailable::Incomplete => "the keyed state is incomplete (a key over max_keys, or history lost; see the server log) and is not served",
+                    crate::state::Unavailable::Stopped => "server shutting down",
+                };
+                let _ = wr.write_all(error(503, why.code(), msg, true)).await;
+                let _ = wr.shutdown().await;
+                return;
+            }
+        },
+        _ => None,
+    };
     // attach and read the frontier in one step on this thread: no gap, no duplicate
     let signal = Rc::new(Signal::default());
     let head = {
@@ -410,7 +441,11 @@ pub async fn serve(
         hub.attach(&signal);
         hub.head()
     };
-    let (next, skipped) = start_offset(&st, from, head);
+    let (next, skipped) = match &snapshot {
+        Some(s) => (s.at, None),
+        None => start_offset(&st, from, head),
+    };
+    let replay_end = head.max(next);
     let out = ResponseHead::new(200)
         .header("content-type", "text/event-stream")
         .header("cache-control", "no-cache")
@@ -427,6 +462,30 @@ pub async fn serve(
     if res.is_err() {
         return;
     }
+    if let Some(s) = snapshot {
+        let mut fv = FrameVec::new();
+        let mut chunks = s.chunks.into_iter().peekable();
+        while let Some(chunk) = chunks.next() {
+            let last = chunks.peek().is_none();
+            fv.push(chunk);
+            let room = fv.len() + chunks.peek().map_or(0, |c| c.len());
+            if last || room > super::deliver::WRITE_BYTES_MAX {
+                let messages = if last { s.entities } else { 0 };
+                if write(
+                    &st,
+                    &mut wr,
+                    &mut fv,
+                    messages,
+                    Some(&st.stats.sse_dropped_slow),
+                )
+                .await
+                .is_none()
+                {
+                    return;
+                }
+            }
+        }
+    }
     let state = Rc::new(State::default());
     rt::spawn(watch(rd, state.clone(), Rc::downgrade(&signal)));
     ctx.register(&signal);
@@ -440,7 +499,7 @@ pub async fn serve(
         &signal,
         &set,
         next,
-        head,
+        replay_end,
         filter.as_ref(),
         &lag,
         guard.as_ref(),

@@ -56,6 +56,11 @@ pub struct Start {
     pub next: u64,
     /// End of the replay window (the frontier at attach); live lag is counted past it.
     pub replay_end: u64,
+    /// `?state`: the keyed state's frames, in offset order, all below `next`, written before
+    /// anything else (empty otherwise).
+    pub snapshot: Vec<bytes::Bytes>,
+    /// Entities in `snapshot`.
+    pub snapshot_entities: u64,
 }
 
 /// Serves a subscriber until it closes, falls too far behind, or the server shuts down.
@@ -153,10 +158,36 @@ async fn serve(
     wr: &mut WriteHalf,
     state: &SubState,
     signal: &Signal,
-    start: Start,
+    mut start: Start,
     filter: Option<&Filter>,
 ) -> Option<(u16, String)> {
     let mut next = start.next;
+    // the keyed state first (`?state`): whole frames, ≤ 4 MiB per write, every offset below
+    // `next`; the log then continues from `next`
+    let snapshot = std::mem::take(&mut start.snapshot);
+    if !snapshot.is_empty() {
+        let mut fv = FrameVec::new();
+        let mut chunks = snapshot.into_iter().peekable();
+        while let Some(chunk) = chunks.next() {
+            if state.gone.get() {
+                return None;
+            }
+            let last = chunks.peek().is_none();
+            fv.push(chunk);
+            let room = fv.len() + chunks.peek().map_or(0, |c| c.len());
+            if last || room > super::deliver::WRITE_BYTES_MAX {
+                let messages = if last { start.snapshot_entities } else { 0 };
+                write(
+                    stream,
+                    wr,
+                    &mut fv,
+                    messages,
+                    Some(&stream.stats.dropped_slow),
+                )
+                .await?;
+            }
+        }
+    }
     // this subscriber's cursor on the stream's lag board (/metrics: corecast_subscriber_lag_rows)
     let lag = stream.stats.lag.register(next);
     let mut fv = FrameVec::new();
