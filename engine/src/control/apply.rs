@@ -2,7 +2,7 @@
 //! thread. Neighbour streams are never touched: only this stream's log, writer entry, hubs,
 //! sessions and maintenance thread change.
 //!
-//! - **activate** (create, start, a replaced declaration): open the log ([`open_stream`]), hand
+//! - **activate** (create, start, a replaced declaration): open the log (`server::open_stream`), hand
 //!   it to the owning writer, give every shard a hub at its frontier, then put the stream in the
 //!   registry (so no session finds it before its hub exists), then start its maintenance thread;
 //! - **deactivate** (stop): fence its writes ([`StreamState::Stopped`]: publishers check it
