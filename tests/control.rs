@@ -325,6 +325,28 @@ fn every_status_code_and_precondition_rule() {
         let r = put(addr, path, bad, inm, &body);
         assert_eq!((r.status, r.code().as_str()), (400, "bad_request"), "{bad}");
     }
+    // a header that decides the request, sent twice: refused, not the first one silently taken
+    for (twice, a, b) in [
+        ("Content-Type", "application/json", "text/plain"),
+        ("Idempotency-Key", "twoa", "twob"),
+    ] {
+        let mut headers = vec![(twice, a), (twice, b), ("If-None-Match", "*")];
+        for (h, v) in [
+            ("Content-Type", "application/json"),
+            ("Idempotency-Key", "k2"),
+        ] {
+            if h != twice {
+                headers.push((h, v));
+            }
+        }
+        let r = http(addr, "PUT", path, &headers, &body);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "bad_request"),
+            "{twice}"
+        );
+        assert!(r.body.contains("more than once"), "{}", r.body);
+    }
     // 10 MB declared, none sent: the answer comes without the server waiting for the body
     let began = Instant::now();
     let r = http(

@@ -846,10 +846,19 @@ impl Config {
             keyed_keys(&s, &mut sc).map_err(|(key, why)| err(&k(key), why))?;
             streams.push(sc);
         }
-        if streams.is_empty() {
+        // streams may all come from the control plane's registry.db: it is served when
+        // `[control] enabled` or `[auth]` (whose grants decide) is set
+        let control_served = raw
+            .control
+            .as_ref()
+            .is_some_and(|c| c.enabled == Some(true))
+            || raw.auth.is_some();
+        if streams.is_empty() && !control_served {
             return Err(err(
                 "stream",
-                "no [[stream]] declared: nothing to serve".into(),
+                "no [[stream]] declared: nothing to serve (declare one, or serve the control plane \
+                 with [control] enabled = true or [auth] and create streams over /control/v1)"
+                    .into(),
             ));
         }
         let mut api = HttpApiConfig::default();

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{EXIT_CONNECTION, EXIT_LOCAL, EXIT_OK, EXIT_PROTOCOL, EXIT_REFUSED, EXIT_USAGE};
+use super::{
+    EXIT_CONNECTION, EXIT_LOCAL, EXIT_OK, EXIT_PENDING, EXIT_PROTOCOL, EXIT_REFUSED, EXIT_USAGE,
+};
 
 /// Attempts of one request when the connection fails or the broker answers 503.
 const ATTEMPTS: u32 = 5;
@@ -286,9 +288,9 @@ fn watch(b: &Broker, id: &str) -> Result<Value, Fail> {
         }
         if Instant::now() > deadline {
             return Err(Fail(
-                EXIT_CONNECTION,
+                EXIT_PENDING,
                 format!(
-                    "operation {id} is still {state} after {} s",
+                    "operation {id} is still {state} after {} s (watch it with `corecast ctl watch {id}`)",
                     WATCH_TIMEOUT.as_secs()
                 ),
             ));

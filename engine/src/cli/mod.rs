@@ -41,6 +41,8 @@ pub const EXIT_CONNECTION: u8 = 3;
 pub const EXIT_LOCAL: u8 = 4;
 /// The server broke the protocol.
 pub const EXIT_PROTOCOL: u8 = 5;
+/// `corecast ctl`: the operation was accepted but had not finished when the wait ended.
+pub const EXIT_PENDING: u8 = 6;
 
 /// How the client subcommands take credentials, for their `--help` (a literal, for `concat!`).
 #[macro_export]
@@ -65,7 +67,8 @@ macro_rules! exit_codes_help {
   3  connection failed or lost (TCP, an HTTP refusal of the upgrade, no close frame)
   4  a local file could not be read or written (pub's input, the cursor file, stdout),
      or a line of pub's input is not a JSON object
-  5  the server broke the protocol"
+  5  the server broke the protocol
+  6  (ctl) the operation was accepted but had not finished when the wait ended"
     };
 }
 

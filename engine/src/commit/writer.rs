@@ -353,7 +353,8 @@ impl Writer {
                     Err(e) => {
                         st.stats.commit_failures.fetch_add(1, Ordering::Relaxed);
                         tracing::error!(stream = %st.cfg.name, "{e}");
-                        let msg = e.to_string();
+                        // the reply names no path of the server (the log line above does)
+                        let msg = e.public();
                         replies.extend(
                             appends
                                 .iter()

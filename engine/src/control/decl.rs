@@ -179,6 +179,17 @@ pub fn parse(name: &str, body: &Value) -> Result<Declaration, DeclError> {
         None => {}
         Some(Value::String(text)) => {
             tier_key("published")?;
+            // a directory of the server's file system is the operator's choice, made in the
+            // TOML file: over HTTP it would let anyone holding control.mutate write anywhere the
+            // broker may (another stream's log directory, /etc)
+            if text.starts_with("file://") {
+                return Err(DeclError::Invalid(
+                    "published: a file:// location is chosen in the configuration file, not over \
+                     the control API; use \"local\" (the stream's own directory), \"off\" or \
+                     s3://bucket/prefix"
+                        .into(),
+                ));
+            }
             cfg.published = parse_published(text)
                 .map_err(|why| DeclError::Invalid(format!("published: {why}")))?;
         }
@@ -235,6 +246,19 @@ mod tests {
 
     fn decl(body: &str) -> Result<Declaration, DeclError> {
         parse("s", &serde_json::from_str(body).unwrap())
+    }
+
+    #[test]
+    fn a_file_location_is_not_chosen_over_http() {
+        for at in ["file:///etc", "file:///srv/history", "file://relative"] {
+            let body = format!(r#"{{"schema":null,"published":"{at}"}}"#);
+            match decl(&body) {
+                Err(DeclError::Invalid(why)) => {
+                    assert!(why.contains("configuration file"), "{why}")
+                }
+                other => panic!("{at}: {other:?}"),
+            }
+        }
     }
 
     #[test]

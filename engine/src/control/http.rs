@@ -124,6 +124,15 @@ fn check(req: &Request, settings: &Settings) -> Result<(Route, bool), Vec<u8>> {
     if !put {
         return Ok((route, false));
     }
+    for name in ["content-type", "idempotency-key"] {
+        if req.headers_all(name).count() > 1 {
+            return Err(refuse(
+                400,
+                "bad_request",
+                &format!("{name} is sent more than once; a control mutation takes exactly one"),
+            ));
+        }
+    }
     let json_type = req.header("content-type").is_some_and(|c| {
         c.split(';')
             .next()

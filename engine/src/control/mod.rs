@@ -258,6 +258,9 @@ pub(crate) struct ControlThread {
     pause: Option<Duration>,
 }
 
+/// How long before an operation whose outcome could not be recorded is carried out again.
+const OUTCOME_RETRY: Duration = Duration::from_secs(5);
+
 fn db_failed(e: rusqlite::Error) -> Answer {
     tracing::error!("registry.db: {e}");
     Answer::error(
@@ -876,9 +879,11 @@ impl ControlThread {
     /// Carries out operation `id`: converges its stream on the latest row (a later operation
     /// on the same stream makes this one's work part of it), then records the outcome.
     fn carry_out(&mut self, id: &str) {
-        let step = |db: &Db, state: &str, error: Option<&str>| {
-            if let Err(e) = db.set_op(id, state, error) {
+        let step = |db: &Db, state: &str, error: Option<&str>| match db.set_op(id, state, error) {
+            Ok(_) => true,
+            Err(e) => {
                 tracing::error!(operation = id, "registry.db: {e}");
+                false
             }
         };
         let op = match self.db.operation(id) {
@@ -890,6 +895,16 @@ impl ControlThread {
             }
         };
         step(&self.db, "running", None);
+        // an outcome the registry could not record (a full disk) is not left `running`: the
+        // operation is carried out again (converging is idempotent) until its outcome is written
+        let retry = |pending: &mut VecDeque<(String, Instant)>| {
+            tracing::warn!(
+                operation = id,
+                "the outcome could not be recorded; trying again in {} s",
+                OUTCOME_RETRY.as_secs()
+            );
+            pending.push_back((id.to_string(), Instant::now() + OUTCOME_RETRY));
+        };
         let row = match self.db.stream(&op.stream) {
             Ok(Some(r)) => r,
             Ok(None) => {
@@ -918,17 +933,21 @@ impl ControlThread {
                         tracing::error!(stream = %row.name, "registry.db: {e}");
                     }
                 }
-                step(&self.db, "succeeded", None);
+                if !step(&self.db, "succeeded", None) {
+                    return retry(&mut self.pending);
+                }
                 tracing::info!(operation = id, stream = %row.name, kind = %op.kind, desired = row.desired.as_str(), "operation succeeded");
             }
             Err(cause) => {
                 // the cause may name paths: the log has it, the operation a message without
                 tracing::error!(operation = id, stream = %row.name, "operation failed: {cause}");
-                step(
+                if !step(
                     &self.db,
                     "failed",
                     Some("the stream could not be brought to its desired state; the broker's log has the cause"),
-                );
+                ) {
+                    retry(&mut self.pending);
+                }
             }
         }
     }

@@ -47,7 +47,9 @@ pub enum ClientError {
     #[error("superseded: a newer connection took over this publisher id")]
     Superseded,
     /// 4410: the stream is retired (publishers only).
-    #[error("stream retired at {at:?} (end_offset {end_offset:?})")]
+    #[error("the stream is retired{}{}: it takes no more rows (its history is still served)",
+        at.map(|us| format!(" since {us} µs after the epoch")).unwrap_or_default(),
+        end_offset.map(|e| format!(", its log ends before offset {e}")).unwrap_or_default())]
     StreamRetired {
         /// When, µs since the epoch.
         at: Option<i64>,

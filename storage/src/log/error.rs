@@ -107,6 +107,29 @@ pub struct CommitFailed {
     pub rows_count: usize,
 }
 
+impl CommitFailed {
+    /// What a publisher is told: whether the disk is full, how much was refused, and that none
+    /// of it is stored — without the file or the operating system's text, which name paths of
+    /// the server (the full form, [`std::fmt::Display`], goes to the broker's log).
+    pub fn public(&self) -> String {
+        format!(
+            "{} committing {} rows in {} batches: nothing of it is stored{}",
+            if self.disk_full {
+                "disk full"
+            } else {
+                "the log could not store the commit"
+            },
+            self.rows_count,
+            self.batches_count,
+            if self.disk_full {
+                "; publish again once the operator has freed space (the broker's log names the file)"
+            } else {
+                " (the broker's log names the file and the error)"
+            }
+        )
+    }
+}
+
 impl StorageError {
     /// A `map_err` adapter: wraps an I/O error with the file and `op`.
     pub(crate) fn io<'a>(
