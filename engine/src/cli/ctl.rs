@@ -330,14 +330,29 @@ fn etag_of(b: &Broker, name: &str) -> Result<String, Fail> {
 }
 
 fn run_cmd(args: &CtlArgs) -> Result<(), Fail> {
+    let name = match &args.cmd {
+        CtlCmd::Get { name }
+        | CtlCmd::Create { name, .. }
+        | CtlCmd::Replace { name, .. }
+        | CtlCmd::Stop { name }
+        | CtlCmd::Start { name }
+        | CtlCmd::Retire { name } => Some(name),
+        CtlCmd::List | CtlCmd::Watch { .. } => None,
+    };
+    if let Some(name) = name.filter(|n| !crate::config::valid_stream_name(n)) {
+        return Err(Fail(
+            EXIT_USAGE,
+            format!(
+                "{name:?} is not a stream name: 1 to 128 of A-Z a-z 0-9 _ . -, starting with a letter or digit"
+            ),
+        ));
+    }
     let b = Broker::open(&args.server)?;
     match &args.cmd {
         CtlCmd::List => {
             let mut cursor: Option<String> = None;
-            println!(
-                "{:<32} {:<8} {:<8} {:<8} {:>8}",
-                "NAME", "ORIGIN", "DESIRED", "OBSERVED", "REVISION"
-            );
+            // the header once the first page is in: a refusal prints nothing on stdout
+            let mut header = true;
             loop {
                 let path = match &cursor {
                     None => "/control/v1/streams?limit=1000".to_string(),
@@ -346,6 +361,12 @@ fn run_cmd(args: &CtlArgs) -> Result<(), Fail> {
                 let a = b.call("GET", &path, &[], "")?;
                 if a.status != 200 {
                     return Err(Fail(EXIT_REFUSED, a.message()));
+                }
+                if std::mem::take(&mut header) {
+                    println!(
+                        "{:<32} {:<8} {:<8} {:<8} {:>8}",
+                        "NAME", "ORIGIN", "DESIRED", "OBSERVED", "REVISION"
+                    );
                 }
                 for s in a.body["streams"].as_array().into_iter().flatten() {
                     println!(
