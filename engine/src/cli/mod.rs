@@ -216,7 +216,13 @@ pub fn print_rows(
             break PrintEnd::Done;
         }
         match sub.next() {
-            Ok(None) => break PrintEnd::Done,
+            Ok(None) => {
+                // a normal end (exit 0), but not a silent one: say what the server said
+                if let Some(why) = sub.end_reason() {
+                    eprintln!("corecast {cmd}: the server ended the stream: {why}");
+                }
+                break PrintEnd::Done;
+            }
             Err(e) => break PrintEnd::Client(e),
             Ok(Some(row)) => {
                 if let Err(e) = write_row(&mut out, &row, rows_only) {

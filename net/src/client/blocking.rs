@@ -59,6 +59,11 @@ impl Subscription {
         self.inner().has_buffered()
     }
 
+    /// Why the server ended the stream normally, when its close frame said.
+    pub fn end_reason(&self) -> Option<&str> {
+        self.inner().end_reason()
+    }
+
     /// The next row; `None` at a normal end. Marks the previous row consumed.
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<Row>, ClientError> {

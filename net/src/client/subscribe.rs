@@ -17,6 +17,8 @@ pub struct Subscription {
     handed: Option<u64>,
     cursor: Option<Cursor>,
     ended: bool,
+    /// The reason of the close frame that ended the stream normally (1000/1001), if it gave one.
+    end_reason: Option<String>,
     /// The catch-up under way, until the socket has taken over.
     #[cfg(feature = "catch-up")]
     catch_up: Option<super::catch_up::CatchUp>,
@@ -59,6 +61,7 @@ pub async fn connect(url: &str, opts: SubscribeOptions) -> Result<Subscription, 
             handed: None,
             cursor,
             ended: false,
+            end_reason: None,
             #[cfg(feature = "catch-up")]
             catch_up: None,
             splice_at: None,
@@ -75,6 +78,7 @@ pub async fn connect(url: &str, opts: SubscribeOptions) -> Result<Subscription, 
                 handed: None,
                 cursor,
                 ended: false,
+                end_reason: None,
                 catch_up: Some(catch_up),
                 splice_at: None,
             })
@@ -128,6 +132,13 @@ impl Subscription {
     /// The cursor file, when one was given.
     pub fn cursor(&self) -> Option<&Cursor> {
         self.cursor.as_ref()
+    }
+
+    /// Why the server ended the stream, once [`Subscription::next`] returned `None` and the
+    /// close frame said (e.g. `stream stopping` when the stream was stopped, `server shutting
+    /// down`).
+    pub fn end_reason(&self) -> Option<&str> {
+        self.end_reason.as_deref()
     }
 
     /// Whether bytes of a next frame are already buffered (so [`Subscription::next`] may not
@@ -198,7 +209,10 @@ impl Subscription {
             Ok(Incoming::Close(code, reason)) => {
                 self.ended = true;
                 match from_close(code, &reason, self.last_offset) {
-                    None => Ok(None),
+                    None => {
+                        self.end_reason = (!reason.is_empty()).then_some(reason);
+                        Ok(None)
+                    }
                     Some(e) => Err(e),
                 }
             }
