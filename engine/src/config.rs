@@ -493,6 +493,14 @@ fn keyed_keys(s: &RawStream, sc: &mut StreamConfig) -> Result<(), (&'static str,
                 return Err(("remove_when", format!("{other} is not a table of column = value(s) such as {{ action = [\"C\"] }} (or that JSON object as a string)")))
             }
         };
+        if serde_json::from_str::<serde_json::Value>(&text)
+            .is_ok_and(|v| v.as_object().is_some_and(|o| o.is_empty()))
+        {
+            return Err((
+                "remove_when",
+                "an empty filter matches every row: every key would be removed as soon as it is written (name a column, e.g. { action = [\"C\"] })".into(),
+            ));
+        }
         sc.remove_when = Some(text);
     }
     if let Some(n) = s.max_keys {
@@ -1169,6 +1177,16 @@ mod tests {
                 "key = [\"a\"]\nremove_when = 3",
                 "stream[0].remove_when",
                 "is not a table",
+            ),
+            (
+                "key = [\"a\"]\nremove_when = {}",
+                "stream[0].remove_when",
+                "matches every row",
+            ),
+            (
+                "key = [\"a\"]\nremove_when = '{}'",
+                "stream[0].remove_when",
+                "matches every row",
             ),
             (
                 "key = [\"a\"]\nmax_keys = 0",

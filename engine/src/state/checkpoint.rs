@@ -87,10 +87,18 @@ pub fn encode(id: &Identity, state: &StateMap) -> std::io::Result<Vec<u8>> {
 /// rename over `state.checkpoint`, `fsync` of the directory (on the checkpoint writer thread).
 pub fn write_bytes(dir: &Path, buf: &[u8]) -> std::io::Result<()> {
     let tmp = dir.join("state.checkpoint.tmp");
-    {
-        let mut f = std::fs::File::create(&tmp)?;
+    let written = std::fs::File::create(&tmp).and_then(|mut f| {
         f.write_all(buf)?;
-        f.sync_all()?;
+        f.sync_all()
+    });
+    if let Err(e) = written {
+        // a partial file would hold the space a full disk needs for the log (and the next try
+        // starts afresh anyway)
+        let _ = std::fs::remove_file(&tmp);
+        return Err(std::io::Error::new(
+            e.kind(),
+            format!("writing {}: {e}", tmp.display()),
+        ));
     }
     std::fs::rename(&tmp, path(dir))?;
     std::fs::File::open(dir)?.sync_all()?;

@@ -578,6 +578,11 @@ impl Thread {
         let from_checkpoint = match checkpoint::read(&self.st.dir, &self.id, k.max_keys) {
             Ok(Some(m)) if m.position() <= end => {
                 tracing::info!(stream = %name, offset = m.position(), entities = m.len(), "state: read the checkpoint covering offsets below {}", m.position());
+                if m.len() > k.max_keys {
+                    // max_keys was lowered since: the state cannot be served whole
+                    k.stats.incomplete.store(true, Ordering::Relaxed);
+                    tracing::error!(stream = %name, entities = m.len(), max_keys = k.max_keys, "state: the checkpoint holds {} entities, more than max_keys ({}): the state is incomplete, reads are refused (state_incomplete); raise max_keys to at least {} and restart", m.len(), k.max_keys, m.len());
+                }
                 self.map = m;
                 true
             }
@@ -776,7 +781,7 @@ impl Thread {
                 tracing::debug!(stream = %self.st.cfg.name, position, bytes, ms = took.as_millis() as u64, "state: checkpoint written");
             }
             Err(e) => {
-                tracing::error!(stream = %self.st.cfg.name, "state: writing {} failed: {e}; the previous checkpoint stays, retried in {} s", checkpoint::path(&self.st.dir).display(), self.keyed().checkpoint_every.as_secs());
+                tracing::error!(stream = %self.st.cfg.name, "state: a checkpoint failed ({e}); the previous checkpoint stays, retried in {} s", self.keyed().checkpoint_every.as_secs());
             }
         }
     }
