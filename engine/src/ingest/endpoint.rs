@@ -72,26 +72,7 @@ pub async fn serve(
             resp
         }
     };
-    let response = if req.method == "HEAD" {
-        corecast_net::http::response::head_only(response)
-    } else {
-        response
-    };
-    let _ = wr.write_all(response).await;
-    let _ = wr.shutdown().await;
-    // a refused body may still be arriving: read it away (for LINGER at most) so that closing
-    // the socket does not reset the connection before the client has read the answer
-    let linger = async {
-        let mut sink = Vec::with_capacity(64 << 10);
-        loop {
-            sink.clear();
-            match rd.read_into(sink, 64 << 10).await {
-                (Ok(n), back) if n > 0 => sink = back,
-                _ => break,
-            }
-        }
-    };
-    let _ = rt::timeout(crate::session::ws_io::LINGER, linger).await;
+    crate::session::ws_io::answer_then_linger(req, &mut rd, &mut wr, response).await;
 }
 
 /// The checks every request passes, POST or GET.

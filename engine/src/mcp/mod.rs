@@ -131,26 +131,7 @@ pub async fn serve(
         }
     };
     let resp = crate::auth::origin::apply_cors(resp, cors.as_deref());
-    let resp = if req.method == "HEAD" {
-        corecast_net::http::response::head_only(resp)
-    } else {
-        resp
-    };
-    let _ = wr.write_all(resp).await;
-    let _ = wr.shutdown().await;
-    // a refused body may still be arriving: read it away (for LINGER at most) so that closing
-    // the socket does not reset the connection before the client has read the answer
-    let linger = async {
-        let mut sink = Vec::with_capacity(16 << 10);
-        loop {
-            sink.clear();
-            match rd.read_into(sink, 16 << 10).await {
-                (Ok(n), back) if n > 0 => sink = back,
-                _ => break,
-            }
-        }
-    };
-    let _ = rt::timeout(crate::session::ws_io::LINGER, linger).await;
+    crate::session::ws_io::answer_then_linger(req, &mut rd, &mut wr, resp).await;
 }
 
 #[allow(clippy::too_many_arguments)]

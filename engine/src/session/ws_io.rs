@@ -31,6 +31,36 @@ pub const SUBSCRIBER_READ_ROOM: usize = 512;
 /// and discarding what it sends meanwhile.
 pub const LINGER: Duration = Duration::from_secs(2);
 
+/// Ends a plain HTTP exchange (pull-style endpoints: ingest, MCP, control): writes `response`
+/// (its head only for a `HEAD` request), shuts the write side, then reads away what the client
+/// still sends for at most [`LINGER`] — a refused body may still be arriving, and closing the
+/// socket on unread bytes would reset the connection before the client has read the answer.
+pub async fn answer_then_linger(
+    req: &corecast_net::http::request::Request,
+    rd: &mut ReadHalf,
+    wr: &mut corecast_net::rt::WriteHalf,
+    response: Vec<u8>,
+) {
+    let response = if req.method == "HEAD" {
+        corecast_net::http::response::head_only(response)
+    } else {
+        response
+    };
+    let _ = wr.write_all(response).await;
+    let _ = wr.shutdown().await;
+    let linger = async {
+        let mut sink = Vec::with_capacity(64 << 10);
+        loop {
+            sink.clear();
+            match rd.read_into(sink, 64 << 10).await {
+                (Ok(n), back) if n > 0 => sink = back,
+                _ => break,
+            }
+        }
+    };
+    let _ = corecast_net::rt::timeout(LINGER, linger).await;
+}
+
 /// One thing the peer sent, or why reading ended.
 #[derive(Debug)]
 pub enum WsIn {
