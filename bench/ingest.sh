@@ -48,9 +48,15 @@ for _ in $(seq 1 200); do
   sleep 0.05
 done
 [[ -n "$ADDR" ]] || { cat "$WORK/server.err"; exit 1; }
+# the broker's CPU time (user + system, all threads) in clock ticks, from /proc/PID/stat
+cpu_ticks() { local f; read -ra f <<<"$(sed 's/^.*) //' "/proc/$1/stat")"; echo $((f[11] + f[12])); }
+TICKS="$(getconf CLK_TCK)"
+CPU0="$(cpu_ticks "$SERVER")"
 START=$(date +%s.%N)
-"$BIN/corecast" ingest "ws://$ADDR/btc" --file "$WORK/trades.parquet" --batch-rows "$BATCH"
+/usr/bin/time -f "%U %S" -o "$WORK/cli.time" \
+  "$BIN/corecast" ingest "ws://$ADDR/btc" --file "$WORK/trades.parquet" --batch-rows "$BATCH"
 END=$(date +%s.%N)
+CPU1="$(cpu_ticks "$SERVER")"
 # what the broker made the disk write (log records, spares' zeros, meta.db; the seal that may
 # follow is still running, so sealed segments are only partly in it)
 WROTE="$(sed -n 's/^write_bytes: //p' "/proc/$SERVER/io")"
@@ -62,3 +68,9 @@ if [[ "$END_OFFSET" != "$((ROWS + 1))" ]]; then
 fi
 echo "end_offset $END_OFFSET: every row durable, offsets 1..$ROWS"
 awk -v w="$WROTE" -v r="$ROWS" 'BEGIN { printf "the broker wrote %.0f MB to the disk by its last reply: %.0f bytes per row\n", w / 1e6, w / r }'
+awk -v a="$CPU0" -v b="$CPU1" -v t="$TICKS" -v r="$ROWS" -v s="$START" -v e="$END" 'BEGIN {
+  c = (b - a) / t
+  printf "broker CPU during the ingest: %.2f s (%.2f cores busy on average): %.3f us per row\n", c, c / (e - s), c * 1e6 / r }'
+read -r CLI_U CLI_S < <(tail -n1 "$WORK/cli.time")
+awk -v u="$CLI_U" -v y="$CLI_S" -v r="$ROWS" 'BEGIN {
+  printf "corecast ingest (the client: Parquet decoding, Arrow IPC) CPU: %.2f s: %.3f us per row\n", u + y, (u + y) * 1e6 / r }'
