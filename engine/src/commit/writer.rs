@@ -57,14 +57,16 @@ pub enum WriterMsg {
         /// Answered once the writer holds it.
         done: flume::Sender<()>,
     },
-    /// Commit what is queued (the stream's writes are fenced before this is sent), then close
-    /// stream `stream`'s log (a stream stopped by the control thread); answered on `done` with
-    /// the frontier it closed at.
+    /// Commit what is queued (the stream's writes are fenced before this is sent), then give
+    /// up stream `stream`'s log (a stream stopped by the control thread); answered on `done`
+    /// with the frontier it closed at and the log itself, which the control thread closes: a
+    /// log's close joins its keeper thread (which may be in the middle of a spare's zeros) and
+    /// closes its files, and none of that may hold up the commits of the writer's other streams.
     Close {
         /// Stream index.
         stream: usize,
-        /// Answered with the end offset once the log is closed.
-        done: flume::Sender<u64>,
+        /// Answered with the end offset and the durable log (`None` for a live-only stream).
+        done: flume::Sender<(u64, Option<Box<Buffer>>)>,
     },
     /// Commit what is queued, then exit.
     Stop,
@@ -206,12 +208,13 @@ impl Writer {
                     }
                     WriterMsg::Close { stream, done } => {
                         self.commit(&mut queued);
-                        let end = match self.logs.remove(&stream) {
-                            Some(Log::Durable(b)) => b.end_offset(),
-                            Some(Log::Live { next }) => next,
-                            None => 0,
+                        let closed = match self.logs.remove(&stream) {
+                            Some(Log::Durable(b)) => (b.end_offset(), Some(b)),
+                            Some(Log::Live { next }) => (next, None),
+                            None => (0, None),
                         };
-                        let _ = done.send(end);
+                        // if the control thread stopped waiting, the log is closed here
+                        let _ = done.send(closed);
                     }
                     WriterMsg::Stop => stop = true,
                 }

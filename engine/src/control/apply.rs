@@ -69,7 +69,7 @@ impl ControlThread {
                     if to == StreamState::Retired {
                         st.set_state(StreamState::Retired);
                         // connected publishers see it on their next frame or wake-up (4410)
-                        self.shared.wake_all_sessions();
+                        self.shared.wake_stream_sessions(st.index);
                     }
                     Ok(())
                 }
@@ -160,7 +160,7 @@ impl ControlThread {
     fn deactivate(&mut self, st: &Arc<Stream>) -> Result<(), String> {
         assert!(st.managed, "only managed streams are stopped at run time");
         st.set_state(StreamState::Stopped);
-        self.shared.wake_all_sessions();
+        self.shared.wake_stream_sessions(st.index);
         if let Some(m) = self.maintenance.remove(&st.index) {
             m.stop();
         }
@@ -171,9 +171,11 @@ impl ControlThread {
                 done,
             })
             .map_err(|_| "the stream's writer has stopped".to_string())?;
-        let end = rx
+        let (end, log) = rx
             .recv_timeout(TAKE_TIMEOUT)
             .map_err(|_| "the writer did not close the stream's log in 30 s".to_string())?;
+        // closed here, on the control thread, not on the writer its neighbours commit through
+        drop(log);
         tracing::info!(stream = %st.cfg.name, end_offset = end, "stream stopped");
         Ok(())
     }

@@ -396,7 +396,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
             if res.is_err() {
                 return;
             }
-            ctx.register(&signal);
+            ctx.register(st.index, &signal);
             let ws = WsReader::new(rd, leftover, TRANSPORT_MAX_BYTES, SUBSCRIBER_READ_ROOM);
             if let Some(deadline) = guard.as_ref().and_then(|g| g.deadline) {
                 // an idle subscriber is woken at its deadline to close (1008 expired); the

@@ -770,7 +770,7 @@ pub async fn rows(
         let s = signal.get_or_insert_with(|| {
             let s = Rc::new(Signal::default());
             ctx.hub(st.index).borrow_mut().attach(&s);
-            ctx.register(&s);
+            ctx.register(st.index, &s);
             s
         });
         if ctx.hub(st.index).borrow().head() > next {

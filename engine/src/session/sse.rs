@@ -488,7 +488,7 @@ pub async fn serve(
     }
     let state = Rc::new(State::default());
     rt::spawn(watch(rd, state.clone(), Rc::downgrade(&signal)));
-    ctx.register(&signal);
+    ctx.register(st.index, &signal);
     st.stats.sse_subscribers.fetch_add(1, Ordering::Relaxed);
     let lag = st.stats.lag.register(next);
     let reason = run(

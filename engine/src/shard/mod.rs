@@ -46,9 +46,9 @@ pub enum ShardMsg {
     },
     /// Stop accepting, drain publishers, close every connection with 1001.
     Shutdown,
-    /// Wake every long-lived session to look at its state (a principal was revoked, a stream
-    /// was stopped or retired).
-    Wake,
+    /// Wake the long-lived sessions of one stream (`Some`: it was stopped or retired) or of
+    /// every stream (`None`: a principal was revoked) to look at their state.
+    Wake(Option<usize>),
     /// Give stream `stream` a fresh hub whose head is `head` (a stream created or started
     /// again by the control thread), then answer on `done`. Sent before the stream is put in
     /// the registry, so no session looks for a hub this shard does not have yet.
@@ -144,12 +144,22 @@ impl Shared {
     /// Wakes every session on every shard (off this thread: a shard's inbox may be full, and a
     /// shard must never block on another's).
     pub fn wake_all_sessions(&self) {
+        self.wake(None);
+    }
+
+    /// Wakes the sessions of stream `stream` on every shard, and no other: a stream stopped or
+    /// retired at run time leaves its neighbours' thousands of subscribers asleep.
+    pub fn wake_stream_sessions(&self, stream: usize) {
+        self.wake(Some(stream));
+    }
+
+    fn wake(&self, stream: Option<usize>) {
         let inboxes = self.shard_inboxes.clone();
         let _ = std::thread::Builder::new()
             .name("corecast-wake".into())
             .spawn(move || {
                 for tx in inboxes {
-                    let _ = tx.send(ShardMsg::Wake);
+                    let _ = tx.send(ShardMsg::Wake(stream));
                 }
             });
     }
@@ -171,7 +181,8 @@ pub struct ShardCtx {
     pub shared: Arc<Shared>,
     /// One hub per stream, by stream index (a stream created at run time adds one).
     hubs: RefCell<Vec<Rc<RefCell<Hub>>>>,
-    sessions: RefCell<Vec<Weak<Signal>>>,
+    /// Long-lived sessions' signals, each with its stream's index.
+    sessions: RefCell<Vec<(usize, Weak<Signal>)>>,
     shutting_down: Cell<bool>,
     drain_started: Cell<Option<Instant>>,
 }
@@ -207,19 +218,28 @@ impl ShardCtx {
                     .is_some_and(|t| t.elapsed() >= READER_GRACE))
     }
 
-    /// Registers a long-lived session's signal so shutdown can wake it.
-    pub fn register(&self, s: &Rc<Signal>) {
+    /// Registers a long-lived session of stream `stream` so that shutdown, a revocation or a
+    /// change of its stream's state can wake it.
+    pub fn register(&self, stream: usize, s: &Rc<Signal>) {
         let mut v = self.sessions.borrow_mut();
-        v.retain(|w| w.strong_count() > 0);
-        v.push(Rc::downgrade(s));
+        v.retain(|(_, w)| w.strong_count() > 0);
+        v.push((stream, Rc::downgrade(s)));
     }
 
-    fn raise_all(&self) {
-        for w in self.sessions.borrow().iter() {
+    /// Raises the signals of stream `only`'s sessions, or of every session (`None`).
+    fn raise(&self, only: Option<usize>) {
+        for (stream, w) in self.sessions.borrow().iter() {
+            if only.is_some_and(|o| o != *stream) {
+                continue;
+            }
             if let Some(s) = w.upgrade() {
                 s.raise();
             }
         }
+    }
+
+    fn raise_all(&self) {
+        self.raise(None);
     }
 }
 
@@ -388,7 +408,7 @@ async fn inbox_loop(ctx: &Rc<ShardCtx>, inbox: flume::Receiver<ShardMsg>) {
                 drop(hubs);
                 let _ = done.send(());
             }
-            Some(Ok(ShardMsg::Wake)) => ctx.raise_all(),
+            Some(Ok(ShardMsg::Wake(only))) => ctx.raise(only),
             Some(Ok(ShardMsg::Shutdown)) | Some(Err(_)) => {
                 if drain_deadline.is_none() {
                     ctx.shutting_down.set(true);
@@ -401,7 +421,7 @@ async fn inbox_loop(ctx: &Rc<ShardCtx>, inbox: flume::Receiver<ShardMsg>) {
         }
         if let Some(deadline) = drain_deadline {
             ctx.raise_all();
-            let live = ctx.sessions.borrow().iter().any(|w| w.strong_count() > 0);
+            let live = ctx.sessions.borrow().iter().any(|(_, w)| w.strong_count() > 0);
             let pubs = ctx.shared.publishers_open.load(Ordering::SeqCst);
             if (!live && pubs == 0) || Instant::now() > deadline + Duration::from_secs(5) {
                 return;
