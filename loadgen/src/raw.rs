@@ -5,11 +5,15 @@
 //! The wire, all text messages:
 //! - a subscriber upgrades on `/TOPIC`; the server subscribes it to TOPIC and greets it with
 //!   `{"subscribed":"TOPIC"}` (publishing starts only once every subscriber has its greeting);
-//!   from then on every message it gets is one row published to TOPIC.
+//!   from then on every message it gets is one or more rows published to TOPIC, separated by
+//!   `\n` (the server may pass a publish frame on whole); each row counts as one delivered frame,
+//!   as each NATS `MSG` does in `--protocol nats` (NATS, too, packs several into one WebSocket
+//!   message).
 //! - the publisher (one per run) upgrades on `/TOPIC?publish` and is greeted with
 //!   `{"publisher":"TOPIC"}`. A publish frame is one message of `--batch` rows separated by
-//!   `\n`; the server publishes each row to TOPIC as its own message, then answers the
-//!   publisher `{"ok":N}` (N rows), which acknowledges the frame. Replies come in order.
+//!   `\n`; the server publishes the rows to TOPIC (each as its own message, or the frame whole),
+//!   then answers the publisher `{"ok":N}` (N rows), which acknowledges the frame. Replies come
+//!   in order.
 //!
 //! There are no offsets: as with `--protocol nats`, the publisher numbers its rows
 //! (`{"event_ts":T,"seq":N,...}`, N = 1, 2, ...) and each subscriber must see every
@@ -110,10 +114,11 @@ pub async fn run_sub(
             pos = np;
             match frame {
                 Frame::Data(range) => {
-                    if let Err(e) = on_row(&buf[range], &mut r, &mut next, sample, recv_us, &hist)
-                    {
-                        r.error = Some(e);
-                        break 'outer;
+                    for row in buf[range].split(|&b| b == b'\n') {
+                        if let Err(e) = on_row(row, &mut r, &mut next, sample, recv_us, &hist) {
+                            r.error = Some(e);
+                            break 'outer;
+                        }
                     }
                 }
                 Frame::Close(code, reason) => {
