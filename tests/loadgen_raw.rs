@@ -57,7 +57,15 @@ impl Drop for Uws {
 
 fn loadgen(url: &str, pid: u32, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(support::loadgen_bin())
-        .args(["--url", url, "--protocol", "raw", "--json", "--max-seconds", "20"])
+        .args([
+            "--url",
+            url,
+            "--protocol",
+            "raw",
+            "--json",
+            "--max-seconds",
+            "20",
+        ])
         .arg("--server-pid")
         .arg(pid.to_string())
         .args(args)
@@ -76,7 +84,11 @@ fn ok_doc(uws: &Uws, args: &[&str]) -> sonic_rs::Value {
     assert!(ok, "loadgen {args:?} failed:\n{stdout}\n{stderr}");
     let doc: sonic_rs::Value =
         sonic_rs::from_str(stdout.trim()).expect("loadgen --json prints one JSON document");
-    assert_eq!(doc.get("ok").and_then(|v| v.as_bool()), Some(true), "{stdout}");
+    assert_eq!(
+        doc.get("ok").and_then(|v| v.as_bool()),
+        Some(true),
+        "{stdout}"
+    );
     doc
 }
 
@@ -91,7 +103,11 @@ fn assert_complete(doc: &sonic_rs::Value, subs: u64) -> u64 {
     let rows = num(doc, "publish", "rows_acked");
     assert_eq!(num(doc, "publish", "first_offset"), 1, "{doc:?}");
     assert_eq!(num(doc, "publish", "end_offset"), rows + 1, "{doc:?}");
-    assert_eq!(num(doc, "publish", "rows_sent"), rows, "every row acked: {doc:?}");
+    assert_eq!(
+        num(doc, "publish", "rows_sent"),
+        rows,
+        "every row acked: {doc:?}"
+    );
     assert_eq!(
         num(doc, "deliver", "frames"),
         rows * subs,
@@ -106,7 +122,9 @@ fn assert_complete(doc: &sonic_rs::Value, subs: u64) -> u64 {
 
 #[test]
 fn loadgen_drives_a_raw_pub_sub_server() {
-    let installed = uws_dir().join("node_modules/uws-pack/package.json").is_file();
+    let installed = uws_dir()
+        .join("node_modules/uws-pack/package.json")
+        .is_file();
     let node = Command::new("node")
         .arg("--version")
         .output()
@@ -131,8 +149,20 @@ fn loadgen_drives_a_raw_pub_sub_server() {
     let doc = ok_doc(
         &uws,
         &[
-            "--publishers", "1", "--window", "16", "--rate", "1000", "--subscribers", "20",
-            "--duration", "2", "--drain", "5", "--sample", "1",
+            "--publishers",
+            "1",
+            "--window",
+            "16",
+            "--rate",
+            "1000",
+            "--subscribers",
+            "20",
+            "--duration",
+            "2",
+            "--drain",
+            "5",
+            "--sample",
+            "1",
         ],
     );
     let rows = assert_complete(&doc, 20);
@@ -151,8 +181,20 @@ fn loadgen_drives_a_raw_pub_sub_server() {
     let doc = ok_doc(
         &uws,
         &[
-            "--publishers", "1", "--window", "8", "--batch", "100", "--subscribers", "5",
-            "--duration", "1", "--drain", "5", "--max-lag", "2048",
+            "--publishers",
+            "1",
+            "--window",
+            "8",
+            "--batch",
+            "100",
+            "--subscribers",
+            "5",
+            "--duration",
+            "1",
+            "--drain",
+            "5",
+            "--max-lag",
+            "2048",
         ],
     );
     let rows = assert_complete(&doc, 5);

@@ -341,8 +341,7 @@ async fn thread_body(
                             } else {
                                 nats::Wire::Core
                             };
-                            let r =
-                                nats::run_pub(pp, shared.clone(), o, keys, subject, wire).await;
+                            let r = nats::run_pub(pp, shared.clone(), o, keys, subject, wire).await;
                             out.borrow_mut().pubs.push(r);
                         } else {
                             shared.pubs_active.fetch_sub(1, AcqRel);
@@ -394,8 +393,15 @@ async fn thread_body(
                                 buf: o.buf,
                                 proto: Vec::new(),
                             };
-                            nats::run_pub(pp, shared.clone(), o, keys, String::new(), nats::Wire::Raw)
-                                .await
+                            nats::run_pub(
+                                pp,
+                                shared.clone(),
+                                o,
+                                keys,
+                                String::new(),
+                                nats::Wire::Raw,
+                            )
+                            .await
                         } else {
                             publisher::run(pp, shared.clone(), o.rd, o.wr, o.buf, keys).await
                         };
@@ -550,8 +556,8 @@ async fn thread_body(
                             greeting_us,
                             (filtered, sample),
                         );
-                        let r = raw::run_sub(cfg, shared.clone(), st.clone(), o.rd, o.buf, lat)
-                            .await;
+                        let r =
+                            raw::run_sub(cfg, shared.clone(), st.clone(), o.rd, o.buf, lat).await;
                         shared.subs_done.fetch_add(1, AcqRel);
                         out.borrow_mut().subs.push(SubOutcome {
                             result: r,

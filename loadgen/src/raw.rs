@@ -179,8 +179,12 @@ mod tests {
         assert!(check_greeting(&g(r#"{"subscribed":"trades"}"#), "subscribed", "/trades").is_ok());
         assert!(check_greeting(&g(r#"{"publisher":"trades"}"#), "publisher", "/trades").is_ok());
         // corecast's greeting, another topic, the other role: refused, naming what was expected
-        let e = check_greeting(&g(r#"{"stream":"trades","end_offset":0}"#), "subscribed", "/trades")
-            .unwrap_err();
+        let e = check_greeting(
+            &g(r#"{"stream":"trades","end_offset":0}"#),
+            "subscribed",
+            "/trades",
+        )
+        .unwrap_err();
         assert!(e.contains(r#"{"subscribed":"trades"}"#), "{e}");
         assert!(check_greeting(&g(r#"{"subscribed":"other"}"#), "subscribed", "/trades").is_err());
         assert!(check_greeting(&g(r#"{"subscribed":"trades"}"#), "publisher", "/trades").is_err());
@@ -191,7 +195,7 @@ mod tests {
         let hist = RefCell::new(Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap());
         let mut r = SubResult::default();
         let mut next = 1u64;
-        let mut row = |seq: u64| {
+        let row = |seq: u64| {
             let mut v = Vec::new();
             crate::nats::row(&mut v, 1_000_000, seq);
             v
@@ -199,7 +203,10 @@ mod tests {
         for seq in [1, 2, 4, 4, 5] {
             on_row(&row(seq), &mut r, &mut next, 1, 1_000_250, &hist).unwrap();
         }
-        assert_eq!((r.frames, r.gaps, r.gap_events, r.dups, next), (5, 1, 1, 1, 6));
+        assert_eq!(
+            (r.frames, r.gaps, r.gap_events, r.dups, next),
+            (5, 1, 1, 1, 6)
+        );
         assert_eq!((r.first, r.last), (Some(1), Some(5)));
         assert_eq!(hist.borrow().len(), 5);
         assert_eq!(hist.borrow().max(), 250);
