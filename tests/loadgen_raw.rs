@@ -25,11 +25,12 @@ struct Uws {
 }
 
 impl Uws {
-    fn start() -> Uws {
+    /// `node server.js 0 MODE`: `row` (a message per row) or `frame` (a message per publish
+    /// frame, its rows separated by `\n`).
+    fn start(mode: &str) -> Uws {
         let dir = uws_dir();
         let mut child = Command::new("node")
-            .arg("server.js")
-            .arg("0")
+            .args(["server.js", "0", mode])
             .current_dir(&dir)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -42,6 +43,7 @@ impl Uws {
         let port = line
             .trim()
             .strip_prefix("listening on 127.0.0.1:")
+            .and_then(|p| p.split_whitespace().next())
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| panic!("server.js did not say where it listens: {line:?}"));
         Uws { child, port }
@@ -143,7 +145,7 @@ fn loadgen_drives_a_raw_pub_sub_server() {
     }
     // build loadgen before the server starts, so that no step below waits on a compile
     let _ = support::loadgen_bin();
-    let uws = Uws::start();
+    let uws = Uws::start("row");
 
     // 20 subscribers, 1,000 rows/s for 2 s, one row per frame, every row sampled
     let doc = ok_doc(
@@ -200,6 +202,35 @@ fn loadgen_drives_a_raw_pub_sub_server() {
     let rows = assert_complete(&doc, 5);
     assert!(rows >= 100, "{doc:?}");
     assert_eq!(num(&doc, "publish", "frames_acked") * 100, rows, "{doc:?}");
+
+    // the same against a server passing each publish frame on whole: 100 rows in one message,
+    // each counted, checked and sampled as its own delivered frame
+    let whole = Uws::start("frame");
+    let doc = ok_doc(
+        &whole,
+        &[
+            "--publishers",
+            "1",
+            "--window",
+            "8",
+            "--batch",
+            "100",
+            "--subscribers",
+            "5",
+            "--duration",
+            "1",
+            "--drain",
+            "5",
+            "--max-lag",
+            "2048",
+            "--sample",
+            "1",
+        ],
+    );
+    let rows = assert_complete(&doc, 5);
+    assert!(rows >= 100, "{doc:?}");
+    assert_eq!(num(&doc, "latency_us", "samples"), rows * 5, "{doc:?}");
+    drop(whole);
 
     // raw mode against corecast: refused at the greeting, naming what was expected
     let setup = support::Setup::new();
