@@ -18,6 +18,9 @@
 //!
 //! Server frames are binary WebSocket messages whose payloads, concatenated, are the NATS
 //! protocol stream (an operation may span two frames).
+//!
+//! The publisher here also drives `--protocol raw` ([`Wire::Raw`], see `raw.rs`): the same
+//! numbered rows and schedule, framed as one text message per publish frame.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
