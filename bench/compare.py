@@ -13,6 +13,16 @@ publish cells on JetStream (subject `trades_js`, a stream with file storage; the
 push consumers, K = 1, 10, 100 at 1,000 rows/s). NATS has no replay: fill/replay cells skip it.
 A NATS cell that fails restarts nats-server (a fresh store), so work it still owes (JetStream
 acks past the drain) does not load the next cell.
+
+--peers uws adds uWebSockets.js (bench/peers/uws/setup.sh: npm uws-pack 20.0.8 under node)
+running bench/peers/uws/server.js, a WebSocket pub/sub server with topics and nothing else (no
+log, no schema, no offsets, no acknowledgement beyond "handed to the topic"), driven by the same
+loadgen with --protocol raw in the fan-out and latency cells only: the raw ceiling of WebSocket
+fan-out here. It is one node process (one event loop), like corecast --cores 1. Two columns: "uWS"
+publishes each row as its own message (one WebSocket frame per row, as corecast sends), "uWS
+frame" (server.js ... frame, only in the cells with --batch > 1) the publisher's message whole,
+its rows in one WebSocket frame (as NATS packs several MSGs into one). A uWS cell that fails
+restarts its server.
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
 
@@ -27,12 +37,12 @@ ap.add_argument("--cell-seconds", type=float, default=3.0)
 ap.add_argument("--server-cores", type=int, default=1)
 ap.add_argument("--client-threads", type=int, default=1)
 ap.add_argument("--only", default="", help="comma list of cell groups: replay,publish,fanout,latency,durable")
-ap.add_argument("--peers", default="", help="comma list of further brokers: nats")
+ap.add_argument("--peers", default="", help="comma list of further brokers: nats, uws")
 ap.add_argument("--no-reference", action="store_true", help="leave the reference broker out")
 a = ap.parse_args()
 peers = set(x for x in a.peers.split(",") if x)
-if peers - {"nats"}:
-    raise SystemExit(f"unknown --peers {sorted(peers - {'nats'})} (known: nats)")
+if peers - {"nats", "uws"}:
+    raise SystemExit(f"unknown --peers {sorted(peers - {'nats', 'uws'})} (known: nats, uws)")
 
 ROOT, ANCHOR, PY = a.root, a.anchor, sys.executable
 REL = os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "release")
@@ -44,8 +54,9 @@ def log(*m):
 
 if not a.no_build:
     log("building release corecast + loadgen ...")
+    # (--bin selects in every package given: loadgen must be named too, or it is not rebuilt)
     subprocess.run(["cargo", "build", "--release", "-p", "corecast-engine", "--bin", "corecast",
-                    "-p", "corecast-loadgen"], cwd=ROOT, check=True)
+                    "-p", "corecast-loadgen", "--bin", "loadgen"], cwd=ROOT, check=True)
 
 scratch = tempfile.mkdtemp(prefix="cc-compare-", dir=a.scratch)
 procs = []
@@ -122,6 +133,22 @@ def start_nats():
                 raise SystemExit(f"nats-server exited: {open(os.path.join(d, 'nats.log')).read()[-500:]}")
             time.sleep(0.05)
     return {"name": "nats", "url": f"ws://127.0.0.1:{ws}/trades", "js_url": f"ws://127.0.0.1:{ws}/trades_js",
+            "pid": p.pid, "proc": p}
+
+UWS = {}
+
+def start_uws(mode="row"):
+    """bench/peers/uws/server.js under node (uWebSockets.js), on a free loopback port; mode
+    "row" (a message per row) or "frame" (a message per publish frame)."""
+    p = subprocess.Popen([UWS["node"], UWS["server"], "0", mode], stdout=subprocess.PIPE,
+                         stderr=open(os.path.join(scratch, "uws.log"), "a"), text=True,
+                         cwd=os.path.dirname(UWS["server"]))
+    procs.append(p)
+    line = p.stdout.readline()
+    if "listening on" not in line:
+        raise SystemExit(f"uws server did not start: {line!r} (see {scratch}/uws.log)")
+    addr = line.split("listening on ")[1].split()[0]
+    return {"name": "uws" if mode == "row" else "uwsf", "mode": mode, "url": f"ws://{addr}/trades",
             "pid": p.pid, "proc": p}
 
 def stop(server):
@@ -203,6 +230,17 @@ try:
         results["nats_version"] = subprocess.run([NATS_BIN, "--version"], capture_output=True, text=True).stdout.strip()
         log(results["nats_version"])
         servers.append(start_nats())
+    if "uws" in peers:
+        out = subprocess.run([os.path.join(ROOT, "bench", "peers", "uws", "setup.sh")],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit(f"bench/peers/uws/setup.sh failed: {out.stderr[-1000:]}")
+        UWS["node"], UWS["server"] = out.stdout.strip().splitlines()[-2:]
+        node_v = subprocess.run([UWS["node"], "--version"], capture_output=True, text=True).stdout.strip()
+        results["uws_version"] = f"uWebSockets.js v20 (npm uws-pack 20.0.8) on node {node_v}"
+        log(results["uws_version"])
+        servers.append(start_uws("row"))
+        servers.append(start_uws("frame"))
     results["corecast_start"] = cc.get("line")
 
     def cell(group, name, args, limit):
@@ -211,6 +249,18 @@ try:
         log(f"[{group}] {name}: loadgen {' '.join(map(str, args))}")
         c = {"group": group, "name": name, "args": args, "runs": {}}
         for i, s in enumerate(servers):
+            if s["name"] in ("uws", "uwsf"):
+                if group not in ("fanout", "latency"):
+                    continue  # a raw pub/sub server has no log, no durable publish, no replay
+                if s["name"] == "uwsf" and "--batch" not in args:
+                    continue  # one row per publish frame: the same as "uws"
+                doc = loadgen(s, args, limit, ["--protocol", "raw"])
+                c["runs"][s["name"]] = doc
+                if not doc.get("ok"):
+                    log(f"  {s['name']}: restarting the server after a failed cell")
+                    stop(s)
+                    servers[i] = start_uws(s["mode"])
+                continue
             if s["name"] == "nats":
                 if group in ("fill", "replay"):
                     continue  # core NATS has no log to replay
@@ -283,13 +333,16 @@ def ratio(c, r, higher_better=True):
 
 HAS_REF = not a.no_reference
 HAS_NATS = "nats" in peers
+HAS_UWS = "uws" in peers
 rows = []
-def add(cellname, metric, c, r, higher_better=True, unit="", note="", n=None, load=""):
+def add(cellname, metric, c, r, higher_better=True, unit="", note="", n=None, load="", u=None, uf=None):
     row = [cellname, metric, fmt(c, unit)]
     if HAS_REF:
         row += [fmt(r, unit), ratio(c, r, higher_better)]
     if HAS_NATS:
         row += [fmt(n, unit), ratio(c, n, higher_better)]
+    if HAS_UWS:
+        row += [fmt(u, unit), ratio(c, u, higher_better), fmt(uf, unit), ratio(c, uf, higher_better)]
     row += [load, note]
     rows.append(tuple(row))
 
@@ -299,6 +352,8 @@ def text_row(cellname, metric, c, r, n=None):
         row += [r, ""]
     if HAS_NATS:
         row += [n if n is not None else "—", ""]
+    if HAS_UWS:
+        row += ["—", "", "—", ""]
     row += ["", ""]
     rows.append(tuple(row))
 
@@ -317,11 +372,15 @@ for c in results["cells"]:
     cc = c["runs"]["corecast"]
     rf = c["runs"].get("reference", EMPTY)
     nt = c["runs"].get("nats", EMPTY)
+    uw = c["runs"].get("uws", EMPTY)
+    uf = c["runs"].get("uwsf", EMPTY)
     grp, name = c["group"], c["name"]
     load = cell_load(c)
     notes = "; ".join(x for x in (("cc " + partial(cc)) if partial(cc) else "",
                                    ("ref " + partial(rf)) if rf and partial(rf) else "",
-                                   ("nats " + partial(nt)) if nt and partial(nt) else "") if x)
+                                   ("nats " + partial(nt)) if nt and partial(nt) else "",
+                                   ("uws " + partial(uw)) if uw and partial(uw) else "",
+                                   ("uws frame " + partial(uf)) if uf and partial(uf) else "") if x)
     if grp == "fill":
         add(name, "rows/s", g(cc, "publish", "rows_per_s"), g(rf, "publish", "rows_per_s"), note=notes, load=load)
     elif grp == "replay":
@@ -355,11 +414,19 @@ for c in results["cells"]:
             goals.append((f"durable publish rows/s vs NATS JetStream (sync always), {name}", ratio(cr, nr), "≥ 1.0×"))
     elif grp in ("fanout", "latency", "durable"):
         add(name, "delivered frames/s", g(cc, "deliver", "frames_per_s"), g(rf, "deliver", "frames_per_s"), note=notes,
-            n=g(nt, "deliver", "frames_per_s"), load=load)
+            n=g(nt, "deliver", "frames_per_s"), load=load, u=g(uw, "deliver", "frames_per_s"),
+            uf=g(uf, "deliver", "frames_per_s"))
         pf = lambda d: g(d, "server", "cpu_us_per_delivered_frame")
-        add(name, "server CPU µs/delivered frame", pf(cc), pf(rf), higher_better=False, n=pf(nt))
+        add(name, "server CPU µs/delivered frame", pf(cc), pf(rf), higher_better=False, n=pf(nt), u=pf(uw), uf=pf(uf))
+        fps = lambda d: 1e6 / pf(d) if pf(d) else None
+        if HAS_UWS:
+            add(name, "delivered frames per server CPU-second", fps(cc), fps(rf), n=fps(nt), u=fps(uw), uf=fps(uf))
         lp = lambda d: (g(d, "latency_us", "p99") or 0) / 1000 if d else None
-        add(name, "p99 publish→deliver ms", lp(cc), lp(rf), higher_better=False, n=lp(nt))
+        add(name, "p99 publish→deliver ms", lp(cc), lp(rf), higher_better=False, n=lp(nt), u=lp(uw), uf=lp(uf))
+        for peer, d in (("uWebSockets.js, a message per row", uw), ("uWebSockets.js, a message per publish frame", uf)):
+            if HAS_UWS and pf(cc) and pf(d):
+                goals.append((f"frames per server CPU-second vs {peer} (the raw ceiling; no target), {name}",
+                              ratio(pf(cc), pf(d), False), "(≥ 1.0×: as cheap as raw pub/sub)"))
         if HAS_NATS and pf(cc) and pf(nt):
             peer = "JetStream" if grp == "durable" else "core NATS"
             goals.append((f"frames per server CPU-second vs {peer}, {name}", ratio(pf(cc), pf(nt), False), "≥ 2.0×"))
@@ -387,6 +454,8 @@ loadtxt = f"; load average (1/5/15 min) at start {ls[0]:.2f}/{ls[1]:.2f}/{ls[2]:
 lines.append(f"corecast --cores {a.server_cores}; loadgen --threads {a.client_threads}; {os.cpu_count()} CPUs; cell {D} s{loadtxt}")
 if HAS_NATS:
     lines.append(f"{results.get('nats_version', 'nats-server')}, GOMAXPROCS={a.server_cores}; fan-out/latency cells: core NATS; publish cells: JetStream, file storage, sync_interval always; durable fan-out cells: JetStream push consumers")
+if HAS_UWS:
+    lines.append(f"{results.get('uws_version', 'uWebSockets.js')}: bench/peers/uws/server.js, one event loop, loadgen --protocol raw; fan-out and latency cells only (no log, nothing durable); uWS: a message per row; uWS frame: a message per publish frame (cells with --batch only)")
 lines.append("")
 head = ["cell", "metric", "corecast"]
 align = ["---", "---", "---:"]
@@ -396,6 +465,10 @@ if HAS_REF:
 if HAS_NATS:
     head += ["NATS", "ratio vs NATS (corecast better ↑)"]
     align += ["---:", "---:"]
+if HAS_UWS:
+    head += ["uWS (a message per row)", "ratio vs uWS (corecast better ↑)",
+             "uWS frame (a message per publish frame)", "ratio vs uWS frame (corecast better ↑)"]
+    align += ["---:", "---:", "---:", "---:"]
 head += ["load (1 min, max over the cell)", "note"]
 align += ["---:", "---"]
 lines.append("| " + " | ".join(head) + " |")

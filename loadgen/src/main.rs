@@ -10,6 +10,7 @@ mod nats;
 mod notify;
 mod procstat;
 mod publisher;
+mod raw;
 mod report;
 mod shared;
 mod subscriber;
@@ -101,8 +102,10 @@ pub struct Args {
     /// `LOADGEN_AUTHORIZATION`, which keeps it out of `ps`.
     #[arg(long, env = "LOADGEN_AUTHORIZATION", hide_env_values = true)]
     pub authorization: Option<String>,
-    /// The broker's protocol: `corecast` (streamcast protocol 4) or `nats` (a NATS server's
-    /// WebSocket listener; the URL's path is the subject; at most one publisher).
+    /// The broker's protocol: `corecast` (streamcast protocol 4), `nats` (a NATS server's
+    /// WebSocket listener; the URL's path is the subject; at most one publisher) or `raw` (a
+    /// plain WebSocket pub/sub server, e.g. bench/peers/uws/server.js: the URL's path is the
+    /// topic, rows are numbered by the one publisher; see loadgen/src/raw.rs).
     #[arg(long, value_enum, default_value_t = Protocol::Corecast)]
     pub protocol: Protocol,
     /// With `--protocol nats`: publish to JetStream (creates the stream, file storage, when
@@ -117,6 +120,7 @@ pub struct Args {
 pub enum Protocol {
     Corecast,
     Nats,
+    Raw,
 }
 
 struct Target {
@@ -332,8 +336,12 @@ async fn thread_body(
                         })
                         .await
                         {
-                            let r = nats::run_pub(pp, shared.clone(), o, keys, subject, jetstream)
-                                .await;
+                            let wire = if jetstream {
+                                nats::Wire::JetStream
+                            } else {
+                                nats::Wire::Core
+                            };
+                            let r = nats::run_pub(pp, shared.clone(), o, keys, subject, wire).await;
                             out.borrow_mut().pubs.push(r);
                         } else {
                             shared.pubs_active.fetch_sub(1, AcqRel);
@@ -350,10 +358,11 @@ async fn thread_body(
             });
             continue;
         }
+        let raw = args.protocol == Protocol::Raw;
         rt::spawn(async move {
             let mut keys = Keys::new(seed.wrapping_add(1000 + i as u64));
             let path = format!("{}?publish", target.path);
-            match wsclient::open(
+            let opened = wsclient::open(
                 target.addr,
                 target.tls.as_ref(),
                 &target.host,
@@ -363,7 +372,13 @@ async fn thread_body(
                 connect_limit,
             )
             .await
-            {
+            .and_then(|o| {
+                if raw {
+                    raw::check_greeting(&o.greeting, "publisher", &target.path)?;
+                }
+                Ok(o)
+            });
+            match opened {
                 Ok(o) => {
                     shared.opened.fetch_add(1, AcqRel);
                     if shared::wait_until(&shared, Duration::from_millis(1), || {
@@ -371,7 +386,25 @@ async fn thread_body(
                     })
                     .await
                     {
-                        let r = publisher::run(pp, shared.clone(), o.rd, o.wr, o.buf, keys).await;
+                        let r = if raw {
+                            let o = nats::Opened {
+                                rd: o.rd,
+                                wr: o.wr,
+                                buf: o.buf,
+                                proto: Vec::new(),
+                            };
+                            nats::run_pub(
+                                pp,
+                                shared.clone(),
+                                o,
+                                keys,
+                                String::new(),
+                                nats::Wire::Raw,
+                            )
+                            .await
+                        } else {
+                            publisher::run(pp, shared.clone(), o.rd, o.wr, o.buf, keys).await
+                        };
                         out.borrow_mut().pubs.push(r);
                     } else {
                         shared.pubs_active.fetch_sub(1, AcqRel);
@@ -491,6 +524,63 @@ async fn thread_body(
             });
             continue;
         }
+        if args.protocol == Protocol::Raw {
+            rt::spawn(async move {
+                let mut keys = Keys::new(seed.wrapping_add(i as u64));
+                let connect_at = Instant::now();
+                let opened = wsclient::open(
+                    target.addr,
+                    target.tls.as_ref(),
+                    &target.host,
+                    &path,
+                    target.authorization.as_deref(),
+                    &mut keys,
+                    connect_limit,
+                )
+                .await
+                .and_then(|o| {
+                    raw::check_greeting(&o.greeting, "subscribed", &target.path)?;
+                    Ok(o)
+                });
+                match opened {
+                    Ok(o) => {
+                        // subscribed (its greeting came after the subscription): it must see
+                        // every row from seq 1 on
+                        let greeting_us = connect_at.elapsed().as_micros() as u64;
+                        let (st, cfg) = attach_sub(
+                            &shared,
+                            &slots,
+                            &out,
+                            o.wr,
+                            (1, 1),
+                            greeting_us,
+                            (filtered, sample),
+                        );
+                        let r =
+                            raw::run_sub(cfg, shared.clone(), st.clone(), o.rd, o.buf, lat).await;
+                        shared.subs_done.fetch_add(1, AcqRel);
+                        out.borrow_mut().subs.push(SubOutcome {
+                            result: r,
+                            start: 1,
+                            next: st.next.get(),
+                            replay_end: 1,
+                            connect_at,
+                            greeting_us,
+                            replay_done_at: None,
+                        });
+                    }
+                    Err(e) => {
+                        shared.open_failed.fetch_add(1, AcqRel);
+                        shared.abort.store(true, Relaxed);
+                        out.borrow_mut()
+                            .open_errors
+                            .push(format!("subscriber: {e}"));
+                    }
+                }
+                done.set(done.get() + 1);
+            });
+            continue;
+        }
         rt::spawn(async move {
             let mut keys = Keys::new(seed.wrapping_add(i as u64));
             let connect_at = Instant::now();
@@ -556,7 +646,7 @@ async fn thread_body(
     let mut pubs_done_at: Option<Instant> = None;
     let mut hit_deadline = false;
     let pong_op = match args.protocol {
-        Protocol::Corecast => corecast_net::ws::frame::OpCode::Pong,
+        Protocol::Corecast | Protocol::Raw => corecast_net::ws::frame::OpCode::Pong,
         Protocol::Nats => corecast_net::ws::frame::OpCode::Binary,
     };
     loop {
@@ -687,6 +777,24 @@ fn run(args: Args) -> Result<ExitCode, String> {
         }
     } else if args.nats_jetstream {
         return Err("--nats-jetstream needs --protocol nats".into());
+    }
+    if args.protocol == Protocol::Raw {
+        let topic = target.path.trim_start_matches('/');
+        if topic.is_empty() {
+            return Err(
+                "--protocol raw: the URL's path names the topic (e.g. ws://127.0.0.1:PORT/trades)"
+                    .into(),
+            );
+        }
+        if args.publishers > 1 {
+            return Err("--protocol raw: at most one publisher (it numbers the rows)".into());
+        }
+        if replay_offset.is_some() || args.where_.is_some() {
+            return Err(
+                "--protocol raw: a raw pub/sub server has no replay or filters (--offset, --where)"
+                    .into(),
+            );
+        }
     }
     let mut query = Vec::new();
     if let Some(o) = replay_offset {

@@ -18,6 +18,9 @@
 //!
 //! Server frames are binary WebSocket messages whose payloads, concatenated, are the NATS
 //! protocol stream (an operation may span two frames).
+//!
+//! The publisher here also drives `--protocol raw` ([`Wire::Raw`], see `raw.rs`): the same
+//! numbered rows and schedule, framed as one text message per publish frame.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -398,8 +401,9 @@ pub fn check_stream_reply(reply: &[u8]) -> Result<(), String> {
 
 // ---- subscriber ----
 
+/// The `event_ts` and `seq` at the front of a loadgen row (see [`row`]).
 #[inline]
-fn row_fields(p: &[u8]) -> Option<(i64, u64)> {
+pub fn row_fields(p: &[u8]) -> Option<(i64, u64)> {
     const TS: &[u8] = b"{\"event_ts\":";
     const SEQ: &[u8] = b",\"seq\":";
     let r = p.strip_prefix(TS)?;
@@ -596,12 +600,28 @@ struct PubState {
     wake_writer: Notify,
     /// NATS `PING`s from the server not answered yet.
     pongs_owed: Cell<usize>,
+    /// Payloads of WebSocket pings from the server not answered yet.
+    ws_pongs: RefCell<Vec<Vec<u8>>>,
     wake_pong: Notify,
     result: RefCell<PubResult>,
-    jetstream: bool,
+    wire: Wire,
 }
 
-fn row(out: &mut Vec<u8>, event_ts: i64, seq: u64) {
+/// What a publish frame is and what acknowledges it (see the module docs and `raw.rs`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// `PUB`s and a `PING`; the `PONG` acknowledges the frame.
+    Core,
+    /// `PUB`s with a reply subject; one JetStream `PubAck` per row.
+    JetStream,
+    /// `--protocol raw`: the rows, one per line, in one text message; the server's
+    /// `{"ok":N}` acknowledges it.
+    Raw,
+}
+
+/// One loadgen row numbered `seq` (the loss check's offset), sent at `event_ts` (µs since the
+/// epoch).
+pub fn row(out: &mut Vec<u8>, event_ts: i64, seq: u64) {
     use std::io::Write as _;
     let _ = write!(
         out,
@@ -610,27 +630,29 @@ fn row(out: &mut Vec<u8>, event_ts: i64, seq: u64) {
     );
 }
 
-/// Runs the one publisher on an opened NATS connection: the protocol-4 publisher's schedule
-/// (window, batch, rate, max-lag, duration/rows, drain) with NATS acknowledgements.
+/// Runs the one publisher on an opened connection: the protocol-4 publisher's schedule
+/// (window, batch, rate, max-lag, duration/rows, drain) with NATS acknowledgements (`wire`
+/// `Core` or `JetStream`, `subject` the NATS subject) or raw ones (`Raw`, `subject` unused).
 pub async fn run_pub(
     plan: PubPlan,
     shared: Arc<Shared>,
     o: Opened,
     keys: Keys,
     subject: String,
-    jetstream: bool,
+    wire: Wire,
 ) -> PubResult {
     let st = Rc::new(PubState {
         frames: RefCell::new(VecDeque::with_capacity(plan.window)),
         writer_done: Cell::new(false),
         wake_writer: Notify::default(),
         pongs_owed: Cell::new(0),
+        ws_pongs: RefCell::new(Vec::new()),
         wake_pong: Notify::default(),
         result: RefCell::new(PubResult {
             ack_latency: Some(Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap()),
             ..PubResult::default()
         }),
-        jetstream,
+        wire,
     });
     let reader_done = Notify::default();
     {
@@ -711,7 +733,7 @@ async fn write_pubs(
     let mut payload = Vec::with_capacity(200);
     let mut out = Vec::with_capacity(256 * 1024);
     let reply = format!("{}.a", inbox(plan.id));
-    let pub_head = if st.jetstream {
+    let pub_head = if st.wire == Wire::JetStream {
         format!("PUB {subject} {reply} ")
     } else {
         format!("PUB {subject} ")
@@ -725,13 +747,19 @@ async fn write_pubs(
             break;
         }
         let pongs = st.pongs_owed.replace(0);
-        if pongs > 0 {
-            nats.clear();
-            for _ in 0..pongs {
-                nats.extend_from_slice(b"PONG\r\n");
-            }
+        let ws_pongs = std::mem::take(&mut *st.ws_pongs.borrow_mut());
+        if pongs > 0 || !ws_pongs.is_empty() {
             out.clear();
-            nats_frame(&nats, &mut keys, &mut out);
+            if pongs > 0 {
+                nats.clear();
+                for _ in 0..pongs {
+                    nats.extend_from_slice(b"PONG\r\n");
+                }
+                nats_frame(&nats, &mut keys, &mut out);
+            }
+            for p in ws_pongs {
+                client_frame(OpCode::Pong, &p, &mut keys, &mut out);
+            }
             if !write_or_abort(st, shared, &mut wr, &mut out).await {
                 return None;
             }
@@ -785,8 +813,15 @@ async fn write_pubs(
                     rows_here = rows_here.min(r - sent_rows);
                 }
                 nats.clear();
-                for _ in 0..rows_here {
+                for j in 0..rows_here {
                     sent_rows += 1;
+                    if st.wire == Wire::Raw {
+                        if j > 0 {
+                            nats.push(b'\n');
+                        }
+                        row(&mut nats, ts, sent_rows);
+                        continue;
+                    }
                     payload.clear();
                     row(&mut payload, ts, sent_rows);
                     nats.extend_from_slice(pub_head.as_bytes());
@@ -794,15 +829,23 @@ async fn write_pubs(
                     nats.extend_from_slice(&payload);
                     nats.extend_from_slice(b"\r\n");
                 }
-                if !st.jetstream {
-                    nats.extend_from_slice(b"PING\r\n");
+                match st.wire {
+                    Wire::Core => {
+                        nats.extend_from_slice(b"PING\r\n");
+                        nats_frame(&nats, &mut keys, &mut out);
+                    }
+                    Wire::JetStream => nats_frame(&nats, &mut keys, &mut out),
+                    Wire::Raw => client_frame(OpCode::Text, &nats, &mut keys, &mut out),
                 }
-                nats_frame(&nats, &mut keys, &mut out);
                 q.push_back(InFlight {
                     sent: now,
                     rows: rows_here,
                     last_seq: sent_rows,
-                    owed: if st.jetstream { rows_here } else { 1 },
+                    owed: if st.wire == Wire::JetStream {
+                        rows_here
+                    } else {
+                        1
+                    },
                 });
             }
         }
@@ -877,13 +920,28 @@ async fn read_acks(
             };
             pos = np;
             match frame {
+                Frame::Data(range) if st.wire == Wire::Raw => {
+                    let p = &buf[range];
+                    let res = if p.starts_with(b"{\"ok\":") {
+                        on_reply(&st, &shared, Instant::now())
+                    } else {
+                        Err(format!(
+                            "not an acknowledgement ({{\"ok\":N}}): {}",
+                            String::from_utf8_lossy(&p[..p.len().min(200)])
+                        ))
+                    };
+                    if let Err(e) = res {
+                        err = Some(e);
+                        break;
+                    }
+                }
                 Frame::Data(range) => {
                     proto.extend_from_slice(&buf[range]);
                     let now = Instant::now();
                     let n = parse_ops(&proto, |op| {
                         let res = match op {
-                            Op::Pong if !st.jetstream => on_reply(&st, &shared, now),
-                            Op::Msg { payload, .. } if st.jetstream => {
+                            Op::Pong if st.wire == Wire::Core => on_reply(&st, &shared, now),
+                            Op::Msg { payload, .. } if st.wire == Wire::JetStream => {
                                 if payload.windows(8).any(|w| w == b"\"error\"") {
                                     Err(format!(
                                         "JetStream publish refused: {}",
@@ -922,7 +980,13 @@ async fn read_acks(
                     closed = true;
                     break;
                 }
-                _ => {}
+                Frame::Ping(p) => {
+                    // a WebSocket keepalive (uWebSockets sends them): answered by the writer
+                    st.ws_pongs.borrow_mut().push(p);
+                    st.wake_writer.notify();
+                    st.wake_pong.notify();
+                }
+                Frame::Skip => {}
             }
         }
         if pings > 0 {

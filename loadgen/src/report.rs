@@ -293,6 +293,7 @@ impl Report {
                 (crate::Protocol::Corecast, _) => "corecast",
                 (crate::Protocol::Nats, false) => "nats",
                 (crate::Protocol::Nats, true) => "nats-jetstream",
+                (crate::Protocol::Raw, _) => "raw",
             })
         );
         let _ = write!(d, ",\"elapsed_s\":{}", num(Some(elapsed)));
