@@ -82,6 +82,9 @@ pub struct StreamInfo {
     pub segment_schema: SchemaRef,
     /// Set once the stream is retired: the stream metadata then says so (version 3).
     pub retirement: Option<Retirement>,
+    /// The logs earlier migrations sealed, oldest first, as the stream metadata's
+    /// `sealed_logs` lists them (empty for a stream never migrated).
+    pub sealed_logs: Vec<serde_json::Value>,
 }
 
 /// That a stream is retired (PUBLISHED.md §3.2, `retirement` of stream metadata version 3).
@@ -947,6 +950,7 @@ impl Publisher {
             start,
             start_ts,
             self.info.retirement.as_ref(),
+            &self.info.sealed_logs,
         );
         let text = serde_json::to_string_pretty(&doc)
             .map_err(|e| PublishError::Encode(format!("the stream metadata: {e}")))?;
@@ -964,10 +968,22 @@ impl Publisher {
         if written.as_deref() == Some(text.as_str()) && hinted {
             return Ok(());
         }
+        // numbered past every version in the directory, not only this publisher's: a migrated
+        // stream's next log publishes into the same home, and versions sort by number
+        let listed = home
+            .list(&dir)?
+            .iter()
+            .filter_map(|k| {
+                let name = k.rsplit('/').next()?;
+                name.split('-').next()?.parse::<u64>().ok()
+            })
+            .max()
+            .unwrap_or(0);
         let n: u64 = self
             .state("stream_metadata_version")?
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
+            .max(listed)
             + 1;
         let name = format!("{n:05}-{}.metadata.json", uuid::Uuid::new_v4().simple());
         home.put(&format!("{dir}/{name}"), text.as_bytes())?;
