@@ -372,6 +372,15 @@ fn the_official_client_catches_up_across_the_seam() {
         .map(|i| json!({"i": i, "note": format!("n{i}")}))
         .collect();
     assert_eq!(publish(&server, "c", &after)[0], Some(seam));
+    // the stream manifest: one row per sealed log, named by the version beside it
+    let m = stream_metadata(&setup.data(), "c");
+    let manifest = m["manifest"].as_str().expect("a manifest").to_string();
+    assert!(manifest.ends_with(".manifest.parquet"), "{m}");
+    let manifest = setup.data().join("c/c.metadata").join(manifest);
+    assert!(
+        setup.data().join("c/c.manifest.parquet").exists(),
+        "the plain copy"
+    );
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/control/catch_up_seam.py");
     let out = std::process::Command::new(&py)
         .arg(script)
@@ -379,6 +388,7 @@ fn the_official_client_catches_up_across_the_seam() {
         .arg("c")
         .arg("1")
         .arg("351")
+        .arg(&manifest)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -391,6 +401,11 @@ fn the_official_client_catches_up_across_the_seam() {
     assert_eq!(
         report["plain"],
         json!({"why": "evicted", "earliest": seam}),
+        "{report}"
+    );
+    assert_eq!(
+        report["manifest"],
+        json!([{"log": "c", "start_offset": 1, "end_offset": seam, "record_count": 300}]),
         "{report}"
     );
     let got = report["rows"].as_array().unwrap();
@@ -714,4 +729,47 @@ fn a_migration_pending_holds_other_changes() {
     assert_eq!(s["observed"], "stopped", "{s}");
     let mut ws = ws_connect(&server.url("p?publish"));
     assert_eq!(recv_close(&mut ws).0, 1001);
+}
+
+#[test]
+fn corecast_ctl_migrates_a_stream() {
+    let setup = Setup::new();
+    let server = Server::start(Some(&setup.config(CONFIG)), &setup.data(), &[]);
+    finished(server.addr, &create(server.addr, "cli", &decl(v1())));
+    assert_eq!(publish(&server, "cli", &rows(1, 6)).len(), 5);
+    let url = format!("http://{}", server.addr);
+    let file = setup.tmp.path().join("v2.schema.json");
+    std::fs::write(&file, v2().to_string()).unwrap();
+    let file = file.display().to_string();
+    let ctl = |args: &[&str]| {
+        let mut all = vec!["ctl", "--server", url.as_str()];
+        all.extend_from_slice(args);
+        support::corecast_run(&all, None, Duration::from_secs(60))
+    };
+    let out = ctl(&["migrate", "cli", "--schema", &file]);
+    assert_eq!(out.code, Some(0), "{} {}", out.stdout, out.stderr);
+    assert!(out.stdout.contains(": succeeded"), "{}", out.stdout);
+    let s = get(server.addr, "/control/v1/streams/cli").json();
+    assert!(
+        s["declaration"]["schema"]["properties"]["note"].is_object(),
+        "{s}"
+    );
+    assert_eq!(
+        publish(&server, "cli", &[json!({"i": 6, "note": "v2"})]),
+        [Some(6)]
+    );
+    // the same schema again: nothing to do
+    let out = ctl(&["migrate", "cli", "--schema", &file]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("already so"), "{}", out.stdout);
+    // a file that is not JSON: refused before any request, naming it
+    std::fs::write(setup.tmp.path().join("bad.json"), "{not json").unwrap();
+    let bad = setup.tmp.path().join("bad.json").display().to_string();
+    let out = ctl(&["migrate", "cli", "--schema", &bad]);
+    assert_ne!(out.code, Some(0));
+    assert!(
+        out.stderr.contains("bad.json") && out.stderr.contains("not JSON"),
+        "{}",
+        out.stderr
+    );
 }

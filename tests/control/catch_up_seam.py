@@ -1,10 +1,11 @@
 """The unchanged official client's catch-up across a migration seam (tests/migration.rs).
 
-argv: ADDR STREAM FROM END. Subscribes at offset FROM with catch_up=True, which is refused
+argv: ADDR STREAM FROM END [MANIFEST]. Subscribes at offset FROM with catch_up=True, which is refused
 (4416 evicted, the seam as earliest) when FROM is below the seam, reads the older log from the
 published tables and resumes the socket at the seam; reads until offset END-1. Also checks that a
 plain connect below the seam raises NotReplayable(evicted) with the seam. Prints one JSON report
-line: the rows as [offset, i, note] and the refusal's fields.
+line: the rows as [offset, i, note] and the refusal's fields, and with MANIFEST (a stream
+manifest Parquet file) its rows as pyarrow reads them.
 """
 
 import asyncio
@@ -35,6 +36,10 @@ async def main():
             if offset >= end - 1:
                 break
     report["rows"] = rows
+    if len(sys.argv) > 5:
+        import pyarrow.parquet as pq
+
+        report["manifest"] = pq.read_table(sys.argv[5]).to_pylist()
     print(json.dumps(report))
 
 

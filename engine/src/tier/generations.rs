@@ -37,14 +37,7 @@ pub struct LiveLog {
     pub number: u64,
 }
 
-/// A log a migration sealed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SealedLog {
-    /// Its `sealed_logs` entry.
-    pub entry: Value,
-    /// Rows its published table holds.
-    pub record_count: u64,
-}
+pub use corecast_storage::published::SealedLog;
 
 /// A stream's logs.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,9 +83,9 @@ impl Generations {
         (name, dir)
     }
 
-    /// The sealed logs as the stream metadata lists them.
-    pub fn sealed_entries(&self) -> Vec<Value> {
-        self.sealed.iter().map(|s| s.entry.clone()).collect()
+    /// The sealed logs, for the stream metadata and its manifest.
+    pub fn sealed_entries(&self) -> Vec<SealedLog> {
+        self.sealed.clone()
     }
 
     fn to_json(&self) -> Value {
