@@ -199,41 +199,58 @@ fn stream_metadata(data: &Path, name: &str) -> Value {
     serde_json::from_slice(&std::fs::read(dir.join(hint.trim())).expect("version")).expect("json")
 }
 
-/// A pipelined publisher: one row per frame, up to `window` frames unacknowledged, until the
-/// broker closes the connection or `stop` is set. Every acknowledged `(i, offset)`.
-fn pipelined(url: String, first_i: u64, window: usize, stop: Arc<AtomicBool>) -> Vec<(u64, u64)> {
-    let mut ws = ws_connect(&url);
-    let _greeting = recv_text(&mut ws);
+/// A pipelined publisher: one row per frame, up to `window` frames unacknowledged; when the
+/// broker closes the connection (the migration stops the stream: 1001) it connects again and
+/// goes on, until `stop` is set. Every acknowledged `(i, offset)`, in order.
+fn pipelined(url: String, window: usize, stop: Arc<AtomicBool>) -> Vec<(u64, u64)> {
     let mut acked = Vec::new();
-    let mut sent = std::collections::VecDeque::new();
-    let mut next = first_i;
-    loop {
-        while sent.len() < window && !stop.load(Ordering::Relaxed) {
-            let frame = format!("[{}]", json!({ "i": next }));
-            if ws.send(tungstenite::Message::text(frame)).is_err() {
+    let mut next = 1_000_000;
+    while !stop.load(Ordering::Relaxed) {
+        let Ok((mut ws, _)) = tungstenite::connect(&url) else {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        };
+        if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
+            s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+        }
+        // the greeting, or the close of a stream stopped for the migration
+        match ws.read() {
+            Ok(tungstenite::Message::Text(_)) => {}
+            _ => {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+        }
+        let mut sent = std::collections::VecDeque::new();
+        loop {
+            while sent.len() < window && !stop.load(Ordering::Relaxed) {
+                let frame = format!("[{}]", json!({ "i": next }));
+                if ws.send(tungstenite::Message::text(frame)).is_err() {
+                    break;
+                }
+                sent.push_back(next);
+                next += 1;
+            }
+            if sent.is_empty() {
+                let _ = ws.close(None);
                 return acked;
             }
-            sent.push_back(next);
-            next += 1;
-        }
-        if sent.is_empty() {
-            let _ = ws.close(None);
-            return acked;
-        }
-        match ws.read() {
-            Ok(tungstenite::Message::Text(t)) => {
-                let v: Value = serde_json::from_str(&t).expect("reply");
-                let i = sent.pop_front().expect("a reply per frame");
-                // a frame refused as the stream stops is not acknowledged: nothing is owed
-                let Some(ok) = v["ok"].as_array() else {
-                    return acked;
-                };
-                acked.push((i, ok[0].as_u64().expect("offset")));
+            match ws.read() {
+                Ok(tungstenite::Message::Text(t)) => {
+                    let v: Value = serde_json::from_str(&t).expect("reply");
+                    let i = sent.pop_front().expect("a reply per frame");
+                    // a frame refused as the stream stops is not acknowledged: nothing is owed
+                    match v["ok"].as_array() {
+                        Some(ok) => acked.push((i, ok[0].as_u64().expect("offset"))),
+                        None => break,
+                    }
+                }
+                Ok(tungstenite::Message::Close(_)) | Err(_) => break,
+                Ok(_) => {}
             }
-            Ok(tungstenite::Message::Close(_)) | Err(_) => return acked,
-            Ok(_) => {}
         }
     }
+    acked
 }
 
 #[test]
@@ -249,21 +266,42 @@ fn a_migration_under_pipelined_publishing_loses_nothing_and_continues_at_the_sea
     assert_eq!(first, (1..=200).collect::<Vec<_>>());
     let id = get(server.addr, "/control/v1/streams/m").json()["stream_id"].clone();
 
-    // a pipelined publisher runs through the migration: the stop closes it (1001)
+    // a pipelined publisher runs through the migration: the stop closes it (1001), it
+    // reconnects and goes on once the stream serves again, on the new log
     let stop = Arc::new(AtomicBool::new(false));
     let url = server.url("m?publish");
     let s2 = stop.clone();
-    let publisher = std::thread::spawn(move || pipelined(url, 1000, 32, s2));
+    let publisher = std::thread::spawn(move || pipelined(url, 32, s2));
     std::thread::sleep(Duration::from_millis(300));
+    let began = Instant::now();
     let op = migrate(server.addr, "m", &v2());
     let done = finished(server.addr, &op);
+    let took = began.elapsed();
     assert_eq!(done["state"], "succeeded", "{done}");
     assert_eq!(done["kind"], "migrate");
+    let m = stream_metadata(&setup.data(), "m");
+    let seam = m["live_log"]["start_offset"].as_u64().expect("the seam");
+    std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);
     let acked = publisher.join().unwrap();
+    let below = acked.iter().filter(|(_, o)| *o < seam).count();
+    let above: Vec<(u64, u64)> = acked.iter().copied().filter(|(_, o)| *o >= seam).collect();
     assert!(
-        !acked.is_empty(),
-        "the pipelined publisher had rows acknowledged"
+        below > 0 && !above.is_empty(),
+        "rows on both sides of the seam: {below} below, {} above",
+        above.len()
+    );
+    // acknowledged offsets: each once, in order, dense from 201 (no offset below the seam is
+    // issued after it, none is reused)
+    for (k, (i, offset)) in acked.iter().enumerate() {
+        assert_eq!(*offset, 201 + k as u64, "acknowledged {i} at {offset}");
+    }
+    assert_eq!(above[0].1, seam, "the new log's first row is at the seam");
+    eprintln!(
+        "migration under pipelined publishing: {} rows acknowledged, {below} below the seam {seam} (in the old log's table), {} at or above it (in the new log); accepted to succeeded in {} ms",
+        acked.len(),
+        above.len(),
+        took.as_millis()
     );
 
     let s = get(server.addr, "/control/v1/streams/m").json();
@@ -272,15 +310,24 @@ fn a_migration_under_pipelined_publishing_loses_nothing_and_continues_at_the_sea
         s["stream_id"], id,
         "the stream keeps its id across the seam"
     );
-    assert_eq!(s["declaration"]["schema"], v2());
-    let seam = s["end_offset"].as_u64().unwrap();
-    // every acknowledged row is below the seam, in order, once: the old log holds them all
-    let mut expect = 201;
-    for (i, offset) in &acked {
-        assert_eq!(*offset, expect, "acknowledged {i} at {offset}");
-        expect += 1;
+    assert!(
+        s["declaration"]["schema"]["properties"]["note"].is_object(),
+        "{s}"
+    );
+    let end = s["end_offset"].as_u64().unwrap();
+    assert_eq!(end, seam + above.len() as u64);
+    // every row acknowledged at or above the seam is in the new log, as sent
+    let mut ws = ws_connect(&server.url(&format!("m?offset={seam}")));
+    let _ = recv_text(&mut ws);
+    for (i, offset) in &above {
+        let frame: Value = serde_json::from_str(&recv_text(&mut ws)).unwrap();
+        // the new schema's canonical row: the added column null
+        assert_eq!(
+            (frame[0].as_u64(), &frame[2]),
+            (Some(*offset), &json!({ "i": i, "note": null }))
+        );
     }
-    assert_eq!(seam, expect, "the seam is the old log's end");
+    drop(ws);
 
     // the stream metadata: the old log sealed, the new one live from the seam
     let m = stream_metadata(&setup.data(), "m");
@@ -311,10 +358,10 @@ fn a_migration_under_pipelined_publishing_loses_nothing_and_continues_at_the_sea
         .join("m/published/m/metadata/version-hint.text");
     assert!(old_table.exists(), "the old log's table is published");
 
-    // the new log: the new schema, offsets from the seam
+    // the new log: the new schema
     assert_eq!(
         publish(&server, "m", &[json!({"i": 1, "note": "after"})]),
-        [Some(seam)]
+        [Some(end)]
     );
     let mut ws = ws_connect(&server.url("m?publish"));
     let _ = recv_text(&mut ws);
@@ -336,11 +383,11 @@ fn a_migration_under_pipelined_publishing_loses_nothing_and_continues_at_the_sea
         r,
         json!({"error": "not_replayable", "why": "evicted", "offset": 1, "earliest": seam})
     );
-    let mut ws = ws_connect(&server.url(&format!("m?offset={}", seam)));
+    let mut ws = ws_connect(&server.url(&format!("m?offset={end}")));
     let greeting: Value = serde_json::from_str(&recv_text(&mut ws)).unwrap();
     assert_eq!(greeting["stream_id"], id);
     let frame: Value = serde_json::from_str(&recv_text(&mut ws)).unwrap();
-    assert_eq!(frame[0], seam);
+    assert_eq!(frame[0], end);
     assert_eq!(frame[2], json!({"i": 1, "note": "after"}));
     drop(ws);
 
@@ -350,9 +397,9 @@ fn a_migration_under_pipelined_publishing_loses_nothing_and_continues_at_the_sea
     let s = get(server.addr, "/control/v1/streams/m").json();
     assert_eq!(
         (s["observed"].as_str(), s["end_offset"].as_u64()),
-        (Some("serving"), Some(seam + 1))
+        (Some("serving"), Some(end + 1))
     );
-    assert_eq!(publish(&server, "m", &[json!({"i": 2})]), [Some(seam + 1)]);
+    assert_eq!(publish(&server, "m", &[json!({"i": 2})]), [Some(end + 1)]);
 }
 
 #[test]
