@@ -329,6 +329,18 @@ fn a_migration_under_pipelined_publishing_loses_nothing_and_continues_at_the_sea
     }
     drop(ws);
 
+    // the unchanged official client reads every acknowledged row back across the seam
+    if let Some(py) = support::anchor_python(&["CORECAST_REQUIRE_ANCHOR"]) {
+        let report = catch_up_seam(&py, &server, "m", 201, end, None);
+        let got: Vec<(u64, u64)> = report["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r[1].as_u64().unwrap(), r[0].as_u64().unwrap()))
+            .collect();
+        assert_eq!(got, acked, "the official client's catch-up from 201");
+    }
+
     // the stream metadata: the old log sealed, the new one live from the seam
     let m = stream_metadata(&setup.data(), "m");
     assert_eq!(m["stream_id"], id);
@@ -402,6 +414,35 @@ fn a_migration_under_pipelined_publishing_loses_nothing_and_continues_at_the_sea
     assert_eq!(publish(&server, "m", &[json!({"i": 2})]), [Some(end + 1)]);
 }
 
+/// Runs `tests/control/catch_up_seam.py ADDR STREAM FROM END [MANIFEST]`; its report.
+fn catch_up_seam(
+    py: &str,
+    server: &Server,
+    stream: &str,
+    from: u64,
+    end: u64,
+    manifest: Option<&Path>,
+) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/control/catch_up_seam.py");
+    let mut cmd = std::process::Command::new(py);
+    cmd.arg(script)
+        .arg(server.addr.to_string())
+        .arg(stream)
+        .arg(from.to_string())
+        .arg(end.to_string());
+    if let Some(m) = manifest {
+        cmd.arg(m);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "catch_up_seam.py failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
 #[test]
 fn the_official_client_catches_up_across_the_seam() {
     let Some(py) = support::anchor_python(&["CORECAST_REQUIRE_ANCHOR"]) else {
@@ -428,23 +469,7 @@ fn the_official_client_catches_up_across_the_seam() {
         setup.data().join("c/c.manifest.parquet").exists(),
         "the plain copy"
     );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/control/catch_up_seam.py");
-    let out = std::process::Command::new(&py)
-        .arg(script)
-        .arg(server.addr.to_string())
-        .arg("c")
-        .arg("1")
-        .arg("351")
-        .arg(&manifest)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "catch_up_seam.py failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let report = catch_up_seam(&py, &server, "c", 1, 351, Some(&manifest));
     assert_eq!(
         report["plain"],
         json!({"why": "evicted", "earliest": seam}),
