@@ -296,6 +296,10 @@ mod tests {
             route("/control/v1/operations/x"),
             Some(Route::Operation("x".into()))
         );
+        assert_eq!(
+            route("/control/v1/streams/a/migrations"),
+            Some(Route::Migrations("a".into()))
+        );
         for none in [
             "/control/v1/",
             "/control/v1/streams/",

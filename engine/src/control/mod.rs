@@ -1,5 +1,5 @@
-//! The control plane, `/control/v1`: streams created, replaced, stopped, started and retired
-//! over HTTP on a running broker, kept in `<data>/registry.db`.
+//! The control plane, `/control/v1`: streams created, replaced, stopped, started, retired and
+//! migrated over HTTP on a running broker, kept in `<data>/registry.db`.
 //!
 //! - [`http`] runs on the accepting shard: it routes the request, checks what the head alone
 //!   decides (the switch, method, content type, `Idempotency-Key`, the body's size, refused
@@ -12,6 +12,10 @@
 //!   the owning writer, gives every shard a hub, and only then puts the stream in the registry;
 //!   stopping fences writes, wakes the stream's sessions (1001), stops its maintenance thread
 //!   and has the writer commit what is queued and close the log.
+//! - A migration (`POST …/migrations`) stops the stream, seals and publishes its log, starts
+//!   the next log at the seam and serves it again ([`migrate`]); until it is done nothing else
+//!   changes the stream (409 `transition_pending`), and a crash leaves it to be carried out
+//!   again at start-up.
 //! - [`decl`] checks a declaration; start-up (`server::start`) opens every managed stream in
 //!   its desired state, and [`Control::start`] then marks the operations a crash left
 //!   unfinished as done — each exactly once.
