@@ -4,7 +4,8 @@
 //! lists the old log as a sealed log; a subscriber below the seam is refused 4416 `evicted` with
 //! the seam as `earliest`; the unchanged official client catches up across the seam; a kill -9
 //! at each step of a migration finishes it exactly once after the restart; the 4xx rules of the
-//! migration resource; a retired stream is never revived.
+//! migration resource; a retired stream is never revived; exactly-once marks carry over;
+//! `corecast ctl migrate`.
 mod support;
 
 use std::io::{Read, Write};
@@ -843,5 +844,45 @@ fn corecast_ctl_migrates_a_stream() {
         out.stderr.contains("bad.json") && out.stderr.contains("not JSON"),
         "{}",
         out.stderr
+    );
+}
+
+#[test]
+fn exactly_once_marks_carry_across_the_seam() {
+    let setup = Setup::new();
+    let server = Server::start(Some(&setup.config(CONFIG)), &setup.data(), &[]);
+    let d = json!({ "schema": v1(), "exactly_once": true });
+    finished(server.addr, &create(server.addr, "eo", &d));
+    let call = |ws: &mut support::Ws, frame: String| {
+        ws.send(tungstenite::Message::text(frame)).unwrap();
+        recv_text(ws)
+    };
+    let mut p = ws_connect(&server.url("eo?publish&publisher=p1"));
+    let _ = recv_text(&mut p);
+    for seq in 1..=5u64 {
+        assert_eq!(
+            call(&mut p, format!("[{seq},{}]", json!({ "i": seq }))),
+            format!("{{\"ok\":[{seq}]}}")
+        );
+    }
+    let op = migrate(server.addr, "eo", &v2());
+    assert_eq!(finished(server.addr, &op)["state"], "succeeded");
+    drop(p);
+    // the mark is the same on the new log: a resend is a duplicate, the next seq lands at the seam
+    let mut p = ws_connect(&server.url("eo?publish&publisher=p1"));
+    let g = recv_text(&mut p);
+    assert!(
+        g.ends_with(r#""publisher":{"id":"p1","last_seq":5,"last_offset":5}}"#),
+        "{g}"
+    );
+    // (its original offset is not known to the new log, as after a restart whose records were
+    // evicted: the dedupe window starts empty; the mark alone judges it)
+    assert_eq!(
+        call(&mut p, format!("[5,{}]", json!({ "i": 5 }))),
+        r#"{"ok":[null],"dup":1}"#
+    );
+    assert_eq!(
+        call(&mut p, format!("[6,{}]", json!({ "i": 6 }))),
+        r#"{"ok":[6]}"#
     );
 }
