@@ -886,3 +886,53 @@ fn exactly_once_marks_carry_across_the_seam() {
         r#"{"ok":[6]}"#
     );
 }
+
+#[test]
+fn a_failed_migration_leaves_the_stream_stopped_and_the_same_request_finishes_it() {
+    let setup = Setup::new();
+    let server = Server::start(Some(&setup.config(CONFIG)), &setup.data(), &[]);
+    let a = server.addr;
+    finished(a, &create(a, "f", &decl(v1())));
+    assert_eq!(publish(&server, "f", &rows(1, 51)).len(), 50);
+    // the new log's directory cannot be made: a file holds its parent's name
+    std::fs::write(setup.data().join("f/logs"), b"in the way").unwrap();
+    let body = json!({ "schema": v2() }).to_string();
+    let r = migrate_with(a, "f", "f-1", &etag(a, "f"), &body);
+    assert_eq!(r.status, 202, "{}", r.body);
+    let v = finished(a, r.json()["operation_id"].as_str().unwrap());
+    assert_eq!(v["state"], "failed", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("broker's log"), "{message}");
+    assert!(
+        !message.contains(&setup.data().display().to_string()),
+        "{message}"
+    );
+    let s = get(a, "/control/v1/streams/f").json();
+    assert_eq!(
+        (s["desired"].as_str(), s["observed"].as_str()),
+        (Some("serving"), Some("stopped")),
+        "{s}"
+    );
+    let mut ws = ws_connect(&server.url("f?publish"));
+    assert_eq!(recv_close(&mut ws).0, 1001);
+    // cleared, the same migration (a new key) runs again and finishes at the same seam
+    std::fs::remove_file(setup.data().join("f/logs")).unwrap();
+    let r = migrate_with(a, "f", "f-2", &etag(a, "f"), &body);
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(
+        finished(a, r.json()["operation_id"].as_str().unwrap())["state"],
+        "succeeded"
+    );
+    let s = get(a, "/control/v1/streams/f").json();
+    assert_eq!(
+        (s["observed"].as_str(), s["end_offset"].as_u64()),
+        (Some("serving"), Some(51)),
+        "{s}"
+    );
+    assert_eq!(
+        publish(&server, "f", &[json!({"i": 51, "note": "v2"})]),
+        [Some(51)]
+    );
+    let m = stream_metadata(&setup.data(), "f");
+    assert_eq!(m["sealed_logs"].as_array().map(Vec::len), Some(1), "{m}");
+}

@@ -1063,19 +1063,21 @@ impl ControlThread {
         } else {
             self.converge(&row)
         };
+        // what the stream is now, whatever the outcome (a failed migration leaves it stopped)
+        let registry = self.shared.registry.load();
+        if let Some(st) = registry.get(&row.name) {
+            if let Err(e) = self.db.set_observed(
+                &row.name,
+                st.state(),
+                st.stream_id.as_deref(),
+                st.retired_at_us.load(std::sync::atomic::Ordering::SeqCst),
+            ) {
+                tracing::error!(stream = %row.name, "registry.db: {e}");
+            }
+        }
+        drop(registry);
         match done {
             Ok(()) => {
-                let registry = self.shared.registry.load();
-                if let Some(st) = registry.get(&row.name) {
-                    if let Err(e) = self.db.set_observed(
-                        &row.name,
-                        st.state(),
-                        st.stream_id.as_deref(),
-                        st.retired_at_us.load(std::sync::atomic::Ordering::SeqCst),
-                    ) {
-                        tracing::error!(stream = %row.name, "registry.db: {e}");
-                    }
-                }
                 if !step(&self.db, "succeeded", None) {
                     return retry(&mut self.pending);
                 }
