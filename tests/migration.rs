@@ -315,6 +315,11 @@ fn a_migration_under_pipelined_publishing_loses_nothing_and_continues_at_the_sea
         s["declaration"]["schema"]["properties"]["note"].is_object(),
         "{s}"
     );
+    assert_eq!(
+        s["log"],
+        json!({"name": "m-v2", "start_offset": seam, "sealed_logs": 1}),
+        "{s}"
+    );
     let end = s["end_offset"].as_u64().unwrap();
     assert_eq!(end, seam + above.len() as u64);
     // every row acknowledged at or above the seam is in the new log, as sent

@@ -472,10 +472,16 @@ impl ControlThread {
             return Ok(None);
         };
         let pending = self.db.pending_on(name)?;
-        Ok(Some((
-            stream_json(&row, pending.as_ref(), end),
-            row.revision,
-        )))
+        let mut v = stream_json(&row, pending.as_ref(), end);
+        // the live log: its name and first offset (the seam of the last migration)
+        if let Ok(logs) = crate::tier::generations::load(&self.data_dir.join(name), name) {
+            v["log"] = json!({
+                "name": logs.live.name,
+                "start_offset": logs.live.start_offset,
+                "sealed_logs": logs.sealed.len(),
+            });
+        }
+        Ok(Some((v, row.revision)))
     }
 
     fn get(&self, name: &str) -> rusqlite::Result<Answer> {
