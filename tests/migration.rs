@@ -941,3 +941,25 @@ fn a_failed_migration_leaves_the_stream_stopped_and_the_same_request_finishes_it
     let m = stream_metadata(&setup.data(), "f");
     assert_eq!(m["sealed_logs"].as_array().map(Vec::len), Some(1), "{m}");
 }
+
+#[test]
+fn a_stream_without_a_log_takes_its_new_schema_at_once() {
+    let setup = Setup::new();
+    let server = Server::start(Some(&setup.config(CONFIG)), &setup.data(), &[]);
+    let a = server.addr;
+    finished(
+        a,
+        &create(a, "live", &json!({"schema": v1(), "durable": false})),
+    );
+    let mut sub = ws_connect(&server.url("live"));
+    let _ = recv_text(&mut sub);
+    let op = migrate(a, "live", &v2());
+    assert_eq!(finished(a, &op)["state"], "succeeded");
+    // its connections closed (1001), the stream serves with the new schema
+    assert_eq!(recv_close(&mut sub).0, 1001);
+    let mut ws = ws_connect(&server.url("live?publish"));
+    let g: Value = serde_json::from_str(&recv_text(&mut ws)).unwrap();
+    assert!(g["schema"]["properties"]["note"].is_object(), "{g}");
+    drop(ws);
+    assert!(!setup.data().join("live/logs.json").exists());
+}

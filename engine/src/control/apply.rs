@@ -105,6 +105,9 @@ impl ControlThread {
         let index = st.index;
         let done = super::migrate::migrate_log(&cfg, &self.data_dir, &self.s3)?;
         match &done {
+            super::migrate::Migrated::NoLog => {
+                tracing::info!(stream = %row.name, "migrated: the stream keeps no log; the new schema applies from now on")
+            }
             super::migrate::Migrated::Already => {
                 tracing::info!(stream = %row.name, "the stream's live log already has the new schema")
             }

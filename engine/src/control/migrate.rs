@@ -41,6 +41,9 @@ const SEGMENTS_PER_COMMIT: usize = 16;
 pub enum Migrated {
     /// The live log was already on the new schema (a run that finished before a crash).
     Already,
+    /// The stream keeps no log (`durable: false`): nothing to seal, the new schema applies to
+    /// rows from now on.
+    NoLog,
     /// The old log ended at `seam`; the next one, `log`, starts there.
     Sealed {
         /// The new live log's name.
@@ -59,6 +62,9 @@ pub fn migrate_log(
     data_dir: &Path,
     s3: &corecast_storage::published::S3Options,
 ) -> Result<Migrated, String> {
+    if !cfg.durable {
+        return Ok(Migrated::NoLog);
+    }
     let name = &cfg.name;
     let home = data_dir.join(name);
     let logs = generations::load(&home, name)?;
@@ -275,6 +281,10 @@ fn write_metadata(
 
 /// Whether stream `cfg`'s live log already has `cfg`'s schema (a migration to it finished).
 pub fn applied(cfg: &StreamConfig, data_dir: &Path) -> bool {
+    if !cfg.durable {
+        // no log: the declaration is the whole of it
+        return true;
+    }
     let home = data_dir.join(&cfg.name);
     let Ok(logs) = generations::load(&home, &cfg.name) else {
         return false;
@@ -289,16 +299,10 @@ pub fn applied(cfg: &StreamConfig, data_dir: &Path) -> bool {
     MetaDb::open(&logs.live_dir(&home), None).is_ok_and(|(_, meta)| meta.schema_json == schema)
 }
 
-/// Whether stream `cfg`'s declaration can be migrated at all: a durable stream that publishes
+/// Whether stream `cfg`'s declaration can be migrated at all: a durable stream must publish
 /// (its old log is read from the published tables after the seam). `Err` says why not.
 pub fn migratable(cfg: &StreamConfig) -> Result<(), String> {
-    if !cfg.durable {
-        return Err(format!(
-            "stream {} is not durable: it has no log to seal, and a schema change is a new declaration (PUT with If-Match, the stream stopped)",
-            cfg.name
-        ));
-    }
-    if matches!(cfg.published, Published::Off) {
+    if cfg.durable && matches!(cfg.published, Published::Off) {
         return Err(format!(
             "stream {} publishes nothing (published = \"off\"): after a migration its older rows are read from the published tables, so a stream that does not publish cannot be migrated",
             cfg.name
