@@ -59,7 +59,7 @@ fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], bo
     for (n, v) in headers {
         req.push_str(&format!("{n}: {v}\r\n"));
     }
-    if method == "PUT"
+    if (method == "PUT" || method == "POST")
         && !headers
             .iter()
             .any(|(n, _)| n.eq_ignore_ascii_case("content-length"))
@@ -288,7 +288,7 @@ fn every_status_code_and_precondition_rule() {
     assert_eq!(r.header("allow"), Some("GET, HEAD, PUT"));
     let r = get(addr, "/control/v1/streams/orders/desired");
     assert_eq!(r.status, 405, "{}", r.body);
-    // migrations are refused with a message saying so
+    // a migration is a mutation: its head is checked like a PUT's (tests/migration.rs has the rest)
     let r = http(
         addr,
         "POST",
@@ -296,7 +296,10 @@ fn every_status_code_and_precondition_rule() {
         &[],
         "",
     );
-    assert_eq!((r.status, r.code().as_str()), (501, "not_implemented"));
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (415, "unsupported_media_type")
+    );
 
     // the head's checks: content type 415, Idempotency-Key 428 / 400, length 413 before the body
     let r = http(
@@ -978,6 +981,23 @@ grants = {{ "control.read" = ["*"] }}
     h.push(("Authorization", &ob));
     let r = http(addr, "PUT", "/control/v1/streams/g", &h, &body);
     assert_eq!(r.status, 202, "{}", r.body);
+    // a migration needs control.migrate, which control.mutate does not give
+    let migration = json!({"schema": {"type": "object"}}).to_string();
+    let m = [
+        ("Content-Type", "application/json"),
+        ("Idempotency-Key", "g2"),
+        ("If-Match", "\"1\""),
+        ("Authorization", ob.as_str()),
+    ];
+    let r = http(
+        addr,
+        "POST",
+        "/control/v1/streams/g/migrations",
+        &m,
+        &migration,
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("control.migrate"), "{}", r.body);
 }
 
 #[test]

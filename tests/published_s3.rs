@@ -388,3 +388,164 @@ fn publishing_retries_while_the_store_is_down_and_converges_when_it_returns() {
     server.stop();
     no_key_in("the server's log", &stderr_log(&setup));
 }
+
+/// One request on its own connection; status and body (the control plane).
+fn control(
+    server: &Server,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(server.addr).expect("connect");
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut buf = String::new();
+    let _ = s.read_to_string(&mut buf);
+    let (head, body) = buf.split_once("\r\n\r\n").expect("a response");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
+    (status, body.to_string())
+}
+
+/// Waits for operation `id`; its final state.
+fn operation_state(server: &Server, id: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, body) = control(
+            server,
+            "GET",
+            &format!("/control/v1/operations/{id}"),
+            &[],
+            "",
+        );
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let state = v["state"].as_str().unwrap_or("").to_string();
+        if state == "succeeded" || state == "failed" || Instant::now() > deadline {
+            return state;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_migration_of_a_stream_published_to_s3_is_caught_up_across_its_seam() {
+    let Some(py) = anchor_python(&["CORECAST_REQUIRE_ANCHOR", "CORECAST_REQUIRE_S3"]) else {
+        return;
+    };
+    let Some(moto) = Moto::start() else { return };
+    let bucket = moto::bucket("migrate");
+    moto.create_bucket(&bucket);
+    let setup = Setup::new();
+    let cfg = setup.config(&format!(
+        r#"
+[s3]
+endpoint = "{}"
+region = "{REGION}"
+access_key_id = "{ACCESS_KEY}"
+secret_access_key = "{SECRET_KEY}"
+
+[control]
+enabled = true
+"#,
+        moto.endpoint
+    ));
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let v1 = serde_json::json!({"type": "object", "properties": {"i": {"type": "integer"}}, "required": ["i"]});
+    let v2 = serde_json::json!({"type": "object", "properties": {"i": {"type": "integer"}, "note": {"type": ["string", "null"]}}, "required": ["i"]});
+    let decl = serde_json::json!({"schema": v1, "seal_target_bytes": 4096, "published": format!("s3://{bucket}/prod")});
+    let (status, body) = control(
+        &server,
+        "PUT",
+        "/control/v1/streams/m",
+        &[("Idempotency-Key", "c1"), ("If-None-Match", "*")],
+        &decl.to_string(),
+    );
+    assert_eq!(status, 202, "{body}");
+    let op: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        operation_state(&server, op["operation_id"].as_str().unwrap()),
+        "succeeded"
+    );
+    let rows: Vec<String> = (1..=300).map(|i| format!("{{\"i\":{i}}}")).collect();
+    assert_eq!(publish_batch(&server, "m", &rows).len(), 300);
+    let body = serde_json::json!({ "schema": v2 }).to_string();
+    let (status, answer) = control(
+        &server,
+        "POST",
+        "/control/v1/streams/m/migrations",
+        &[("Idempotency-Key", "m1"), ("If-Match", "\"1\"")],
+        &body,
+    );
+    assert_eq!(status, 202, "{answer}");
+    let op: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(
+        operation_state(&server, op["operation_id"].as_str().unwrap()),
+        "succeeded",
+        "{}",
+        stderr_log(&setup)
+    );
+    let after: Vec<String> = (301..=350)
+        .map(|i| format!("{{\"i\":{i},\"note\":\"n{i}\"}}"))
+        .collect();
+    assert_eq!(publish_batch(&server, "m", &after)[0], Some(301));
+
+    // the old log's table and the stream metadata on S3, the new log's table beside the old
+    let keys = moto.keys(&bucket, "prod/");
+    for want in [
+        "prod/m/m.metadata/version-hint.text",
+        "prod/m/m.manifest.parquet",
+        "prod/m/m/metadata/version-hint.text",
+    ] {
+        assert!(keys.iter().any(|k| k == want), "{want} in {keys:?}");
+    }
+    assert!(
+        !setup.data().join("m/published").exists(),
+        "nothing published locally"
+    );
+
+    let script = format!(
+        "{}/../tests/control/catch_up_seam.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = Command::new(&py)
+        .arg(&script)
+        .arg(server.addr.to_string())
+        .arg("m")
+        .arg("1")
+        .arg("351")
+        .envs(moto.env())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "catch_up_seam.py failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        report["plain"],
+        serde_json::json!({"why": "evicted", "earliest": 301}),
+        "{report}"
+    );
+    let got = report["rows"].as_array().unwrap();
+    assert_eq!(got.len(), 350, "{report}");
+    for (k, r) in got.iter().enumerate() {
+        assert_eq!(r[0], k as u64 + 1, "{r}");
+        assert_eq!(r[1], k as u64 + 1, "{r}");
+    }
+    no_key_in("the server's log", &stderr_log(&setup));
+}

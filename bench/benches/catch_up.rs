@@ -78,6 +78,7 @@ fn write_table(
         schema_json: Some(schema.published()),
         segment_schema: segment_schema(codec),
         retirement: None,
+        sealed_logs: Vec::new(),
     };
     let mut p =
         Publisher::open(&stream, layout, info, Duration::from_secs(600), 1).expect("publisher");

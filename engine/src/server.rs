@@ -209,7 +209,14 @@ pub(crate) fn open_stream(sc: &StreamConfig, how: &OpenAs<'_>) -> Result<Opened,
         Some(text) => Some(Schema::compile(text).map_err(|e| serr(format!("schema: {e}")))?),
         None => None,
     };
-    let dir = data_dir.join(&sc.name);
+    // the live log's directory: the stream's own, or the one its last migration started
+    let home = data_dir.join(&sc.name);
+    let logs = if sc.durable {
+        crate::tier::generations::load(&home, &sc.name)?
+    } else {
+        crate::tier::generations::Generations::first(&sc.name)
+    };
+    let dir = logs.live_dir(&home);
     let writer = owner(&sc.name, writers_n);
     let mut tier_index: Option<(SegmentIndex, BufferReader, Option<PublishJob>)> = None;
     let mut tiers = TierState::default();
@@ -287,17 +294,7 @@ pub(crate) fn open_stream(sc: &StreamConfig, how: &OpenAs<'_>) -> Result<Opened,
         let earliest = tiers.earliest(hot_floor);
         let id = buffer.stream_id().to_string();
         // the published tier: where the table and the stream metadata go
-        let layout = match &sc.published {
-            Published::Off => None,
-            Published::Local => Some(
-                corecast_storage::published::Layout::local(&dir, &sc.name)
-                    .map_err(|e| serr(format!("published: {e}")))?,
-            ),
-            Published::At(location) => Some(
-                corecast_storage::published::Layout::at(location, &sc.name, s3)
-                    .map_err(|e| serr(format!("published: {e}")))?,
-            ),
-        };
+        let layout = live_layout(sc, &home, &logs, s3).map_err(serr)?;
         let (metadata, hint) = match &layout {
             Some(l) => (Some(l.metadata_uri()), Some(l.metadata_hint_uri())),
             None => (None, None),
@@ -319,6 +316,7 @@ pub(crate) fn open_stream(sc: &StreamConfig, how: &OpenAs<'_>) -> Result<Opened,
                         end_offset: end,
                     },
                 ),
+                sealed_logs: logs.sealed_entries(),
             };
             PublishJob::new(layout, info, index_db.dir().to_path_buf())
         });
@@ -373,6 +371,31 @@ pub(crate) fn open_stream(sc: &StreamConfig, how: &OpenAs<'_>) -> Result<Opened,
         tier: tier_index,
         head: end,
     })
+}
+
+/// Where stream `sc`'s live log publishes (`None`: `published = "off"`): the stream's home
+/// (`<data>/<stream>`, or `<location>/<stream>`) keeps the stream metadata; a migrated stream's
+/// live log has its own table, `<published>/<stream>-v<N>` (PUBLISHED.md §3.2).
+pub(crate) fn live_layout(
+    sc: &StreamConfig,
+    home: &std::path::Path,
+    logs: &crate::tier::generations::Generations,
+    s3: &corecast_storage::published::S3Options,
+) -> Result<Option<corecast_storage::published::Layout>, String> {
+    use corecast_storage::published::Layout;
+    let e = |e: corecast_storage::published::StoreError| format!("published: {e}");
+    let base = match &sc.published {
+        Published::Off => return Ok(None),
+        Published::Local => Layout::local(home, &sc.name).map_err(e)?,
+        Published::At(location) => Layout::at(location, &sc.name, s3).map_err(e)?,
+    };
+    if logs.is_first() {
+        return Ok(Some(base));
+    }
+    let local = matches!(sc.published, Published::Local).then(|| logs.live_dir(home));
+    base.for_log(&logs.live.name, local.as_deref(), s3)
+        .map(Some)
+        .map_err(e)
 }
 
 /// The registry entry of a managed stream that is stopped at start-up: its declaration and codec,

@@ -101,6 +101,7 @@ impl Fixture {
             schema_json: Some(self.schema.published()),
             segment_schema: segment_schema(&RowCodec::Schema(self.schema.clone())),
             retirement: None,
+            sealed_logs: Vec::new(),
         };
         Publisher::open(&self.dir, layout, info, grace, 1).expect("publisher")
     }
@@ -570,6 +571,7 @@ fn damage_readers_would_hit_is_repaired_or_refused_at_open() {
         schema_json: Some(f.schema.published()),
         segment_schema: segment_schema(&RowCodec::Schema(f.schema.clone())),
         retirement: None,
+        sealed_logs: Vec::new(),
     };
     let e = Publisher::open(&f.dir, layout, info, Duration::from_secs(600), 1)
         .err()

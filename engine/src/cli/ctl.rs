@@ -1,7 +1,7 @@
 //! `corecast ctl`: the control plane (`/control/v1`) from the command line.
 //!
 //! `list`, `get NAME`, `create NAME FILE` (a JSON or TOML declaration), `replace NAME FILE`,
-//! `stop`/`start`/`retire NAME`, `watch OPERATION`. Every mutation gets a fresh
+//! `stop`/`start`/`retire NAME`, `migrate NAME --schema FILE`, `watch OPERATION`. Every mutation gets a fresh
 //! `Idempotency-Key` and carries the stream's ETag (`If-None-Match: *` to create, `If-Match` read
 //! by a `GET` first otherwise), and is retried with the same key after a lost connection or a
 //! 503, so a retry never does the work twice. A mutation waits for its operation to finish unless
@@ -81,6 +81,16 @@ pub enum CtlCmd {
     Retire {
         /// The stream.
         name: String,
+    },
+    /// Migrate a stream to a new schema: its log is sealed and published, and a new log starts
+    /// at its end offset (the seam). A serving stream's connections close with 1001 and
+    /// reconnect once it serves again.
+    Migrate {
+        /// The stream.
+        name: String,
+        /// The new JSON Schema (a .json file).
+        #[arg(long)]
+        schema: PathBuf,
     },
     /// Wait for an operation to finish, printing each state it passes through.
     Watch {
@@ -162,7 +172,7 @@ impl Broker {
         for (n, v) in headers {
             head.push_str(&format!("{n}: {v}\r\n"));
         }
-        if method == "PUT" {
+        if method == "PUT" || method == "POST" {
             head.push_str(&format!(
                 "content-type: application/json\r\ncontent-length: {}\r\n",
                 body.len()
@@ -336,7 +346,8 @@ fn run_cmd(args: &CtlArgs) -> Result<(), Fail> {
         | CtlCmd::Replace { name, .. }
         | CtlCmd::Stop { name }
         | CtlCmd::Start { name }
-        | CtlCmd::Retire { name } => Some(name),
+        | CtlCmd::Retire { name }
+        | CtlCmd::Migrate { name, .. } => Some(name),
         CtlCmd::List | CtlCmd::Watch { .. } => None,
     };
     if let Some(name) = name.filter(|n| !crate::config::valid_stream_name(n)) {
@@ -433,6 +444,22 @@ fn run_cmd(args: &CtlArgs) -> Result<(), Fail> {
                 &json!({ "state": state }).to_string(),
             )?;
             mutated(&b, a, &format!("{verb} {name}"), args.no_wait)
+        }
+        CtlCmd::Migrate { name, schema } => {
+            let local = |m: String| Fail(EXIT_LOCAL, m);
+            let text = std::fs::read_to_string(schema)
+                .map_err(|e| local(format!("cannot read {}: {e}", schema.display())))?;
+            let v: Value = serde_json::from_str(&text)
+                .map_err(|e| local(format!("{}: not JSON: {e}", schema.display())))?;
+            let etag = etag_of(&b, name)?;
+            let key = new_key("migrate");
+            let a = b.call(
+                "POST",
+                &format!("{}/migrations", stream_path(name)),
+                &[("idempotency-key", &key), ("if-match", &etag)],
+                &json!({ "schema": v }).to_string(),
+            )?;
+            mutated(&b, a, &format!("migrate {name}"), args.no_wait)
         }
         CtlCmd::Watch { operation } => watch(&b, operation).map(|_| ()),
     }

@@ -11,7 +11,9 @@
 //!   stop its maintenance thread, and have the writer commit what is queued and close the log;
 //!   the data stays;
 //! - **retire**: publishers are refused with 4410 from then on (a connected one is closed with
-//!   it), subscribers keep reading; terminal.
+//!   it), subscribers keep reading; terminal;
+//! - **migrate**: deactivate, seal and publish the whole log, start the next log at its end
+//!   offset (the seam), activate again ([`super::migrate`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,6 +76,53 @@ impl ControlThread {
                     Ok(())
                 }
             },
+        }
+    }
+
+    /// Migrates stream `row.name` onto a new log with `row.declaration`'s schema: stops it if
+    /// it serves (publishers and subscribers close with 1001 and reconnect after), seals and
+    /// publishes its log and starts the next at the seam ([`super::migrate::migrate_log`]), then
+    /// brings it back to `row.desired`.
+    pub(crate) fn migrate(&mut self, row: &super::db::Row) -> Result<(), String> {
+        let value: serde_json::Value = serde_json::from_str(&row.declaration)
+            .map_err(|e| format!("the stored declaration does not parse: {e}"))?;
+        let cfg = decl::parse(&row.name, &value)
+            .map_err(|e| format!("the stored declaration is refused: {e:?}"))?
+            .cfg;
+        let current = self.shared.registry.load().get(&row.name).cloned();
+        let Some(st) = current else {
+            return Err(format!("stream {} is not in the registry", row.name));
+        };
+        if st.state() == StreamState::Retired {
+            return Err(format!(
+                "stream {} is retired: its log is not migrated",
+                row.name
+            ));
+        }
+        if st.state() != StreamState::Stopped {
+            self.deactivate(&st)?;
+        }
+        let index = st.index;
+        let done = super::migrate::migrate_log(&cfg, &self.data_dir, &self.s3)?;
+        match &done {
+            super::migrate::Migrated::NoLog => {
+                tracing::info!(stream = %row.name, "migrated: the stream keeps no log; the new schema applies from now on")
+            }
+            super::migrate::Migrated::Already => {
+                tracing::info!(stream = %row.name, "the stream's live log already has the new schema")
+            }
+            super::migrate::Migrated::Sealed { log, seam, records } => {
+                tracing::info!(stream = %row.name, seam, records, "migrated: the old log is sealed and published ({records} rows in its table); the new log {log} starts at offset {seam}")
+            }
+        }
+        match row.desired {
+            StreamState::Stopped => {
+                let writers = self.shared.writers.len();
+                let shell = shell_stream(&cfg, index, &self.data_dir, writers)?;
+                self.shared.registry.install(shell);
+                Ok(())
+            }
+            to => self.activate(Some(index), &cfg, to),
         }
     }
 

@@ -42,7 +42,7 @@ pub struct Op {
     pub id: String,
     /// The stream it works on.
     pub stream: String,
-    /// `create`, `replace` or `desired`.
+    /// `create`, `replace`, `desired` or `migrate`.
     pub kind: String,
     /// `accepted`, `running`, `succeeded` or `failed`.
     pub state: String,
@@ -239,9 +239,19 @@ impl Db {
             let value: serde_json::Value =
                 serde_json::from_str(&r.declaration).map_err(|e| refused(e.to_string()))?;
             let d = super::decl::parse(&r.name, &value).map_err(|e| refused(format!("{e:?}")))?;
+            // a migration left unfinished: the stream stays stopped (its declaration has the
+            // new schema, its live log may not yet) until the control thread finishes it
+            let migrating = self
+                .pending_on(&r.name)
+                .map_err(|e| format!("registry.db: {e}"))?
+                .is_some_and(|op| op.kind == "migrate");
             out.push(Startup {
                 cfg: d.cfg,
-                desired: r.desired,
+                desired: if migrating {
+                    StreamState::Stopped
+                } else {
+                    r.desired
+                },
                 retired_at_us: r.retired_at_us,
             });
         }

@@ -1,13 +1,15 @@
 //! The shard's side of `/control/v1`: route the request, check what its head decides, read its
 //! bounded body, hand a [`Call`] to the control thread and write back its [`Answer`].
 //!
-//! Checks in order, each with its status and `code`: the switch (403 `control_disabled`), a
-//! migration (501 `not_implemented`: not served yet), the path (404 `not_found`), the method (405 `method_not_allowed`); for a `PUT` then the content
+//! Checks in order, each with its status and `code`: the switch (403 `control_disabled`), the
+//! path (404 `not_found`), the method (405 `method_not_allowed`); for a `PUT` or the `POST` of a
+//! migration then the content
 //! type (415 `unsupported_media_type`), the `Idempotency-Key` (428 `idempotency_key_required`,
 //! 400 `bad_request`), the length (411 `length_required`, 413 `payload_too_large` over `[control]
 //! max_body_bytes`, before any of the body is read), the body within 30 s (408); then a place in
 //! the control thread's queue (503 `busy`, `Retry-After: 1`). The grant was checked by the gate
-//! before any of this (`control.read` for GET, `control.mutate` for PUT, on `"*"`).
+//! before any of this (`control.read` for GET, `control.mutate` for PUT, `control.migrate` for
+//! the POST of a migration, on `"*"`).
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -40,12 +42,15 @@ pub fn route(path: &str) -> Option<Route> {
         ["", "streams", name, "desired"] if !name.is_empty() => {
             Some(Route::Desired(name.to_string()))
         }
+        ["", "streams", name, "migrations"] if !name.is_empty() => {
+            Some(Route::Migrations(name.to_string()))
+        }
         ["", "operations", id] if !id.is_empty() => Some(Route::Operation(id.to_string())),
         _ => None,
     }
 }
 
-/// Whether `path` is `/control/v1/streams/{name}/migrations` (not served yet: 501).
+/// Whether `path` is `/control/v1/streams/{name}/migrations` (its POST needs `control.migrate`).
 pub fn is_migration(path: &str) -> bool {
     path.strip_prefix("/control/v1/streams/")
         .and_then(|r| r.strip_suffix("/migrations"))
@@ -58,6 +63,7 @@ fn allowed(route: &Route) -> &'static str {
         Route::Root | Route::Streams | Route::Operation(_) => "GET, HEAD",
         Route::Stream(_) => "GET, HEAD, PUT",
         Route::Desired(_) => "PUT",
+        Route::Migrations(_) => "POST",
     }
 }
 
@@ -86,23 +92,17 @@ fn check(req: &Request, settings: &Settings) -> Result<(Route, bool), Vec<u8>> {
             "the control API is off on this broker: it has no [auth] section; configure [auth] (control.read, control.mutate grants) or set [control] enabled = true to serve it without authentication",
         ));
     }
-    if is_migration(&req.path) {
-        return Err(refuse(
-            501,
-            "not_implemented",
-            "schema migrations (POST /control/v1/streams/{name}/migrations) are not served by this broker yet; create a new stream with the new schema instead",
-        ));
-    }
     let Some(route) = route(&req.path) else {
         return Err(refuse(
             404,
             "not_found",
-            "no such control resource: see GET /control/v1 (streams, streams/{name}, streams/{name}/desired, operations/{id})",
+            "no such control resource: see GET /control/v1 (streams, streams/{name}, streams/{name}/desired, streams/{name}/migrations, operations/{id})",
         ));
     };
     let put = match req.method.as_str() {
-        "GET" | "HEAD" if !matches!(route, Route::Desired(_)) => false,
+        "GET" | "HEAD" if !matches!(route, Route::Desired(_) | Route::Migrations(_)) => false,
         "PUT" if matches!(route, Route::Stream(_) | Route::Desired(_)) => true,
+        "POST" if matches!(route, Route::Migrations(_)) => true,
         m => {
             let allow = allowed(&route);
             let body = Answer::error(
@@ -295,6 +295,10 @@ mod tests {
         assert_eq!(
             route("/control/v1/operations/x"),
             Some(Route::Operation("x".into()))
+        );
+        assert_eq!(
+            route("/control/v1/streams/a/migrations"),
+            Some(Route::Migrations("a".into()))
         );
         for none in [
             "/control/v1/",

@@ -1,5 +1,5 @@
-//! The control plane, `/control/v1`: streams created, replaced, stopped, started and retired
-//! over HTTP on a running broker, kept in `<data>/registry.db`.
+//! The control plane, `/control/v1`: streams created, replaced, stopped, started, retired and
+//! migrated over HTTP on a running broker, kept in `<data>/registry.db`.
 //!
 //! - [`http`] runs on the accepting shard: it routes the request, checks what the head alone
 //!   decides (the switch, method, content type, `Idempotency-Key`, the body's size, refused
@@ -12,6 +12,10 @@
 //!   the owning writer, gives every shard a hub, and only then puts the stream in the registry;
 //!   stopping fences writes, wakes the stream's sessions (1001), stops its maintenance thread
 //!   and has the writer commit what is queued and close the log.
+//! - A migration (`POST …/migrations`) stops the stream, seals and publishes its log, starts
+//!   the next log at the seam and serves it again ([`migrate`]); until it is done nothing else
+//!   changes the stream (409 `transition_pending`), and a crash leaves it to be carried out
+//!   again at start-up.
 //! - [`decl`] checks a declaration; start-up (`server::start`) opens every managed stream in
 //!   its desired state, and [`Control::start`] then marks the operations a crash left
 //!   unfinished as done — each exactly once.
@@ -24,6 +28,7 @@ pub mod apply;
 pub mod db;
 pub mod decl;
 pub mod http;
+pub mod migrate;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -68,13 +73,15 @@ pub enum Route {
     Stream(String),
     /// `/control/v1/streams/{name}/desired`.
     Desired(String),
+    /// `/control/v1/streams/{name}/migrations` (`POST`: a new schema, a new log).
+    Migrations(String),
     /// `/control/v1/operations/{id}`.
     Operation(String),
 }
 
 /// A request for the control thread, checked as far as its head goes.
 pub struct Call {
-    /// `GET` or `PUT`.
+    /// A mutation (`PUT`, or the `POST` of a migration) rather than a `GET`.
     pub put: bool,
     /// What it addresses.
     pub route: Route,
@@ -364,6 +371,13 @@ impl ControlThread {
             }
         }
         for op in self.db.pending()? {
+            // a migration a stop or crash cut short is carried out again (each step is
+            // idempotent; the stream stayed stopped at start-up)
+            if op.kind == "migrate" {
+                tracing::info!(operation = %op.id, stream = %op.stream, "carrying on with a migration accepted before the last stop");
+                self.pending.push_back((op.id.clone(), Instant::now()));
+                continue;
+            }
             let reached = match (self.db.stream(&op.stream)?, registry.get(&op.stream)) {
                 (Some(row), Some(st)) => row.desired == st.state(),
                 _ => false,
@@ -397,7 +411,9 @@ impl ControlThread {
                 )),
                 Err(e) => Err(e),
             },
-            (Route::Stream(_), true) | (Route::Desired(_), true) => self.mutate(&call),
+            (Route::Stream(_), true) | (Route::Desired(_), true) | (Route::Migrations(_), true) => {
+                self.mutate(&call)
+            }
             _ => Ok(Answer::error(
                 405,
                 "method_not_allowed",
@@ -456,10 +472,16 @@ impl ControlThread {
             return Ok(None);
         };
         let pending = self.db.pending_on(name)?;
-        Ok(Some((
-            stream_json(&row, pending.as_ref(), end),
-            row.revision,
-        )))
+        let mut v = stream_json(&row, pending.as_ref(), end);
+        // the live log: its name and first offset (the seam of the last migration)
+        if let Ok(logs) = crate::tier::generations::load(&self.data_dir.join(name), name) {
+            v["log"] = json!({
+                "name": logs.live.name,
+                "start_offset": logs.live.start_offset,
+                "sealed_logs": logs.sealed.len(),
+            });
+        }
+        Ok(Some((v, row.revision)))
     }
 
     fn get(&self, name: &str) -> rusqlite::Result<Answer> {
@@ -546,18 +568,15 @@ impl ControlThread {
             .key
             .as_deref()
             .expect("the shard checked the Idempotency-Key of a mutation");
-        let (name, desired) = match &call.route {
-            Route::Stream(n) => (n.as_str(), false),
-            Route::Desired(n) => (n.as_str(), true),
+        let (name, what): (&str, &[u8]) = match &call.route {
+            Route::Stream(n) => (n.as_str(), b"stream\0"),
+            Route::Desired(n) => (n.as_str(), b"desired\0"),
+            Route::Migrations(n) => (n.as_str(), b"migration\0"),
             _ => unreachable!("only stream routes mutate"),
         };
         let intent = {
             let mut h = sha2::Sha256::new();
-            h.update(if desired {
-                b"desired\0" as &[u8]
-            } else {
-                b"stream\0"
-            });
+            h.update(what);
             h.update(name.as_bytes());
             h.update(b"\0");
             h.update(&call.body);
@@ -616,10 +635,24 @@ impl ControlThread {
         }
         drop(registry);
         let row = self.db.stream(name)?;
-        let prepared = if desired {
-            self.prepare_desired(name, row, call, &body)?
-        } else {
-            self.prepare_put(name, row, call, &body)?
+        // a migration is one irreversible step: nothing else changes the stream until it is done
+        if let Some(op) = self.db.pending_on(name)? {
+            let migrating = op.kind == "migrate";
+            if migrating || matches!(call.route, Route::Migrations(_)) {
+                return Ok(Answer::error(
+                    409,
+                    "transition_pending",
+                    &format!(
+                        "stream {name} has an unfinished {} operation ({}); wait for it (GET /control/v1/operations/{})",
+                        op.kind, op.id, op.id
+                    ),
+                ));
+            }
+        }
+        let prepared = match &call.route {
+            Route::Desired(_) => self.prepare_desired(name, row, call, &body)?,
+            Route::Migrations(_) => self.prepare_migration(name, row, call, &body)?,
+            _ => self.prepare_put(name, row, call, &body)?,
         };
         let (row, kind) = match prepared {
             Prepared::Refused(a) => return Ok(a),
@@ -789,7 +822,7 @@ impl ControlThread {
                 let new: Value =
                     serde_json::from_str(&declaration.canonical).unwrap_or(Value::Null);
                 if old.get("schema") != new.get("schema") {
-                    return refuse(409, "migration_required", &format!("the schema of stream {name} differs from its log's: a schema change is a migration, which this broker does not serve yet; create a new stream instead"));
+                    return refuse(409, "migration_required", &format!("the schema of stream {name} differs from its log's: a schema change is a migration (POST /control/v1/streams/{name}/migrations with {{\"schema\": …}})"));
                 }
                 if old.get("durable") != new.get("durable") {
                     return refuse(
@@ -863,7 +896,7 @@ impl ControlThread {
             return refuse(
                 409,
                 "stream_retired",
-                &format!("stream {name} is retired, which is final"),
+                &format!("stream {name} is retired, which is final: a retired stream is not revived over the control plane (nor by streamcast's); its data stays readable, and a new stream takes new rows"),
             );
         }
         Ok(Prepared::Change(
@@ -873,6 +906,117 @@ impl ControlThread {
                 ..row
             },
             "desired",
+        ))
+    }
+
+    /// Checks a migration (`POST …/migrations`, body `{"schema": …}`, optionally the stream's
+    /// `stream_id` and `sort_by: []`): the stream's row with the new schema, or the refusal.
+    fn prepare_migration(
+        &self,
+        name: &str,
+        row: Option<Row>,
+        call: &Call,
+        body: &Value,
+    ) -> rusqlite::Result<Prepared> {
+        let refuse = |s: u16, code: &str, m: &str| Ok(Prepared::Refused(Answer::error(s, code, m)));
+        let Some(im) = call.if_match.as_deref() else {
+            return refuse(
+                428,
+                "precondition_required",
+                "a migration needs If-Match with the stream's ETag",
+            );
+        };
+        let Some(rev) = parse_etag(im) else {
+            return refuse(
+                412,
+                "precondition_malformed",
+                "If-Match takes one quoted decimal revision, the ETag of GET, e.g. \"3\"",
+            );
+        };
+        let Some(row) = row else {
+            return refuse(404, "not_found", &format!("no stream {name}"));
+        };
+        if row.revision != rev {
+            return refuse(
+                412,
+                "precondition_failed",
+                &format!(
+                    "stream {name} is at revision {}, not {rev}; GET it and retry with its ETag",
+                    row.revision
+                ),
+            );
+        }
+        let Some(obj) = body.as_object() else {
+            return refuse(
+                400,
+                "bad_request",
+                "a migration's body is a JSON object: {\"schema\": {…}}",
+            );
+        };
+        if let Some(k) = obj
+            .keys()
+            .find(|k| !["schema", "stream_id", "sort_by"].contains(&k.as_str()))
+        {
+            return refuse(
+                400,
+                "bad_request",
+                &format!("unknown key {k:?} in a migration (it takes schema, and optionally stream_id and sort_by)"),
+            );
+        }
+        let Some(schema) = obj.get("schema") else {
+            return refuse(
+                400,
+                "bad_request",
+                "a migration needs \"schema\": the stream's new JSON Schema",
+            );
+        };
+        if obj.get("sort_by").is_some_and(|v| v != &json!([])) {
+            return refuse(
+                422,
+                "unsupported_schema",
+                "sort_by: this broker writes every log in offset order; pass [] or leave it out",
+            );
+        }
+        if let Some(id) = obj.get("stream_id") {
+            if row.stream_id.is_none() || id.as_str() != row.stream_id.as_deref() {
+                return refuse(
+                    409,
+                    "identity_mismatch",
+                    &format!(
+                        "stream_id does not name stream {name}'s log (GET it for its stream_id)"
+                    ),
+                );
+            }
+        }
+        if row.desired == StreamState::Retired {
+            return refuse(
+                409,
+                "stream_retired",
+                &format!("stream {name} is retired, which is final: its log is not migrated"),
+            );
+        }
+        let mut declaration: Value = serde_json::from_str(&row.declaration).unwrap_or(Value::Null);
+        declaration["schema"] = schema.clone();
+        let parsed = match decl::parse(name, &declaration) {
+            Ok(d) => d,
+            Err(decl::DeclError::Invalid(m)) => return refuse(400, "bad_request", &m),
+            Err(decl::DeclError::Schema(m)) => return refuse(422, "unsupported_schema", &m),
+        };
+        if let Err(m) = migrate::migratable(&parsed.cfg) {
+            return refuse(409, "not_migratable", &m);
+        }
+        // the same schema again is a no-op once its log is there; after a failed migration it
+        // is the retry that finishes it
+        if parsed.canonical == row.declaration && migrate::applied(&parsed.cfg, &self.data_dir) {
+            return Ok(Prepared::Satisfied(row));
+        }
+        Ok(Prepared::Change(
+            Row {
+                declaration: parsed.canonical,
+                revision: row.revision + 1,
+                ..row
+            },
+            "migrate",
         ))
     }
 
@@ -920,19 +1064,26 @@ impl ControlThread {
                 return;
             }
         };
-        match self.converge(&row) {
+        let done = if op.kind == "migrate" {
+            self.migrate(&row)
+        } else {
+            self.converge(&row)
+        };
+        // what the stream is now, whatever the outcome (a failed migration leaves it stopped)
+        let registry = self.shared.registry.load();
+        if let Some(st) = registry.get(&row.name) {
+            if let Err(e) = self.db.set_observed(
+                &row.name,
+                st.state(),
+                st.stream_id.as_deref(),
+                st.retired_at_us.load(std::sync::atomic::Ordering::SeqCst),
+            ) {
+                tracing::error!(stream = %row.name, "registry.db: {e}");
+            }
+        }
+        drop(registry);
+        match done {
             Ok(()) => {
-                let registry = self.shared.registry.load();
-                if let Some(st) = registry.get(&row.name) {
-                    if let Err(e) = self.db.set_observed(
-                        &row.name,
-                        st.state(),
-                        st.stream_id.as_deref(),
-                        st.retired_at_us.load(std::sync::atomic::Ordering::SeqCst),
-                    ) {
-                        tracing::error!(stream = %row.name, "registry.db: {e}");
-                    }
-                }
                 if !step(&self.db, "succeeded", None) {
                     return retry(&mut self.pending);
                 }

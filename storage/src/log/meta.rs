@@ -297,6 +297,83 @@ impl MetaDb {
     }
 }
 
+/// Creates, in `dir`, an empty log that starts at offset `start`: a migrated stream's next log
+/// (its first offset is the previous log's end, the seam), with the same `stream_id`, the new
+/// schema and the exactly-once `marks` carried over. Its `floor`, `frontier` and `marks_through`
+/// are `start`, and so are the sealed tier's `sealed_end` and `dropped_through`, so the hot log,
+/// the sealed tier and replay all begin there and no offset below it is ever issued again.
+///
+/// Built in `<dir>.creating` and renamed to `dir` once synced: a crash leaves either no log or
+/// the whole one. If `dir` already holds a log (a migration that died after making it), that
+/// log is accepted when it has this `stream_id` and starts at `start`, refused otherwise.
+pub fn create_successor(
+    dir: &Path,
+    stream_id: &str,
+    schema_json: Option<&str>,
+    start: u64,
+    marks: &HashMap<String, Mark>,
+) -> Result<(), StorageError> {
+    if dir.join(META_FILE_NAME).exists() {
+        let (_, meta) = MetaDb::open(dir, None)?;
+        if meta.stream_id != stream_id
+            || meta.floor != start
+            || meta.schema_json.as_deref() != schema_json
+        {
+            return Err(StorageError::Corrupt {
+                path: dir.join(META_FILE_NAME),
+                detail: format!(
+                    "already holds a log (stream {}, from offset {}) that is not the successor being made (stream {stream_id}, from offset {start}, the given schema); move it away",
+                    meta.stream_id, meta.floor
+                ),
+            });
+        }
+        return Ok(());
+    }
+    let mut tmp = dir.as_os_str().to_owned();
+    tmp.push(".creating");
+    let tmp = std::path::PathBuf::from(tmp);
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp)
+            .map_err(StorageError::io(&tmp, "removing a half-made log"))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(StorageError::io(&tmp, "creating the log directory"))?;
+    {
+        let db = MetaDb::connect(&tmp.join(META_FILE_NAME), true)?;
+        let meta = Meta {
+            stream_id: stream_id.to_owned(),
+            schema_json: schema_json.map(str::to_owned),
+            created_at_us: super::buffer::now_us(),
+            floor: start,
+            frontier: start,
+            marks_through: start,
+        };
+        db.create_if_absent(schema_json, Some((&meta, marks)))?;
+        db.transaction("starting the sealed tier at the seam", |c| {
+            let mut insert =
+                c.prepare("INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)")?;
+            insert.execute(params!["sealed_end", to_i64(start)])?;
+            insert.execute(params!["dropped_through", to_i64(start)])?;
+            Ok(())
+        })?;
+        // checkpointed into meta.db itself before the rename: the -wal file is not renamed apart
+        db.conn
+            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .map_err(StorageError::sqlite(db.path(), "checkpointing"))?;
+    }
+    let sync = |p: &Path| -> Result<(), StorageError> {
+        std::fs::File::open(p)
+            .and_then(|f| f.sync_all())
+            .map_err(StorageError::io(p, "syncing"))
+    };
+    sync(&tmp.join(META_FILE_NAME))?;
+    sync(&tmp)?;
+    std::fs::rename(&tmp, dir).map_err(StorageError::io(dir, "renaming the new log into place"))?;
+    if let Some(parent) = dir.parent() {
+        sync(parent)?;
+    }
+    Ok(())
+}
+
 /// Reads a `publishers(id, last_seq, last_offset)` table: meta.db's snapshot, or the format-2
 /// buffer's marks (same table) when converting it.
 pub(crate) fn read_marks(

@@ -48,7 +48,7 @@ pub use buffer::{
 };
 pub use error::{CommitFailed, StorageError};
 pub use marks::{Mark, DEDUPE_WINDOW_RANGES};
-pub use meta::{FORMAT_VERSION, META_FILE_NAME};
+pub use meta::{create_successor, FORMAT_VERSION, META_FILE_NAME};
 pub use reader::{BufferReader, HotExtent, StoredRow};
 pub use segment::DEFAULT_SEGMENT_BYTES;
 pub use upgrade::LEGACY_DB_FILE_NAME;

@@ -17,8 +17,11 @@ pub const LOCAL_PUBLISHED_DIR: &str = "published";
 /// One stream's published locations.
 #[derive(Debug, Clone)]
 pub struct Layout {
-    /// The stream's name (also its log's name and its table's directory).
+    /// The stream's name: its stream metadata files are named for it.
     pub stream: String,
+    /// The name of the log being published (`live_log.name`): the stream's name for its first
+    /// log, `<stream>-v<N>` for the N-th after migrations. Its table is `<published>/<log>`.
+    pub log: String,
     /// The stream's home: `<stream>.metadata/…` and `<stream>.metadata.json` live here.
     pub home: Store,
     /// `live_log.published`: the prefix under which the table `<stream>/` lives.
@@ -39,6 +42,7 @@ impl Layout {
         let published = format!("{home_uri}/{LOCAL_PUBLISHED_DIR}");
         Ok(Layout {
             stream: stream.to_string(),
+            log: stream.to_string(),
             home: Store::open(&home_uri, &S3Options::default())?,
             table: Store::open(&format!("{published}/{stream}"), &S3Options::default())?,
             published,
@@ -52,8 +56,40 @@ impl Layout {
         let published = format!("{base}/{stream}");
         Ok(Layout {
             stream: stream.to_string(),
+            log: stream.to_string(),
             home: Store::open(&published, s3)?,
             table: Store::open(&format!("{published}/{stream}"), s3)?,
+            published,
+        })
+    }
+
+    /// The same stream's layout for its log `log`, kept in `log_dir` (a migrated stream's next
+    /// log): the home does not move; the table is `<published>/<log>`, where `published` is the
+    /// stream's configured location, or `<log_dir>/published` for the local default (the
+    /// previous log's default prefix lives inside that log's directory, as the reference lays
+    /// it out).
+    pub fn for_log(
+        &self,
+        log: &str,
+        log_dir: Option<&Path>,
+        s3: &S3Options,
+    ) -> Result<Layout, StoreError> {
+        let published = match log_dir {
+            Some(d) => {
+                let dir = std::path::absolute(d).map_err(|source| StoreError::Io {
+                    op: "resolve",
+                    uri: d.display().to_string(),
+                    source,
+                })?;
+                format!("file://{}/{LOCAL_PUBLISHED_DIR}", dir.display())
+            }
+            None => self.published.clone(),
+        };
+        Ok(Layout {
+            stream: self.stream.clone(),
+            log: log.to_string(),
+            home: self.home.clone(),
+            table: Store::open(&format!("{published}/{log}"), s3)?,
             published,
         })
     }
@@ -85,7 +121,9 @@ pub fn system_schema() -> Value {
 }
 
 /// The stream metadata document (PUBLISHED.md §3.2), full form: version 2, or 3 with its
-/// `retirement` once the stream is retired.
+/// `retirement` once the stream is retired. `sealed_logs` are the logs earlier migrations
+/// sealed, oldest first, each in its final form (the `live_log` keys plus `end_offset` and
+/// `end_ts`).
 pub fn stream_metadata(
     layout: &Layout,
     stream_id: &str,
@@ -93,12 +131,13 @@ pub fn stream_metadata(
     start_offset: u64,
     start_ts: Option<i64>,
     retirement: Option<&super::table::Retirement>,
+    sealed_logs: &[Value],
 ) -> Value {
     let schema = schema_json
         .and_then(|s| serde_json::from_str::<Value>(s).ok())
         .unwrap_or_else(|| json!({}));
     let mut live = json!({
-        "name": layout.stream,
+        "name": layout.log,
         "published": layout.published,
         "start_offset": start_offset,
         "schema": schema,
@@ -112,7 +151,7 @@ pub fn stream_metadata(
         "streamcast_metadata": 2,
         "stream": layout.stream,
         "stream_id": stream_id,
-        "sealed_logs": [],
+        "sealed_logs": sealed_logs,
         "live_log": live,
         "manifest": null,
     });
@@ -145,7 +184,7 @@ mod tests {
             l.metadata_hint_uri(),
             format!("file://{d}/trades.metadata/version-hint.text")
         );
-        let m = stream_metadata(&l, "id-1", Some(r#"{"type":"object"}"#), 1, None, None);
+        let m = stream_metadata(&l, "id-1", Some(r#"{"type":"object"}"#), 1, None, None, &[]);
         assert_eq!(m["live_log"]["published"], json!(l.published));
         assert_eq!(m["live_log"]["schema"], json!({"type":"object"}));
         assert_eq!(m["streamcast_metadata"], json!(2));
@@ -154,7 +193,7 @@ mod tests {
             at_us: 1_796_081_823_413_501,
             end_offset: 9,
         };
-        let m = stream_metadata(&l, "id-1", None, 1, None, Some(&r));
+        let m = stream_metadata(&l, "id-1", None, 1, None, Some(&r), &[]);
         assert_eq!(m["streamcast_metadata"], json!(3));
         assert_eq!(m["retirement"]["at"], json!(1_796_081_823_413_501i64));
         assert_eq!(m["retirement"]["end_offset"], json!(9));

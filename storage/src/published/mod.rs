@@ -38,7 +38,10 @@ pub mod table;
 pub use layout::Layout;
 pub use read::{DataFile, PublishedTable, ReadError, StreamMetadata, TableRows};
 pub use store::{S3Options, Store, StoreError};
-pub use table::{FaultPoint, PublishStatus, Publisher, Retirement, SegmentToPublish, StreamInfo};
+pub use table::{
+    stream_manifest, FaultPoint, PublishStatus, Publisher, Retirement, SealedLog, SegmentToPublish,
+    StreamInfo,
+};
 
 /// Why publishing failed. Every variant names what it was doing; none carries a credential.
 #[derive(Debug, thiserror::Error)]

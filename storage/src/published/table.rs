@@ -82,6 +82,74 @@ pub struct StreamInfo {
     pub segment_schema: SchemaRef,
     /// Set once the stream is retired: the stream metadata then says so (version 3).
     pub retirement: Option<Retirement>,
+    /// The logs earlier migrations sealed, oldest first (empty for a stream never migrated).
+    pub sealed_logs: Vec<SealedLog>,
+}
+
+/// A log a migration sealed, as the stream metadata lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SealedLog {
+    /// Its `sealed_logs` entry: the `live_log` keys plus `end_offset` (exclusive) and `end_ts`.
+    pub entry: serde_json::Value,
+    /// Rows its published table holds (the stream manifest's `record_count`, which the client
+    /// compares with the table's count: a table holding fewer is "published short").
+    pub record_count: u64,
+}
+
+/// The stream manifest (PUBLISHED.md §3.2): one row per sealed log, `log`, `start_offset`,
+/// `end_offset` and `record_count`, as Parquet. No per-column statistics: the reader then
+/// prunes no log by value (a missing statistic always includes).
+pub fn stream_manifest(sealed: &[SealedLog]) -> Result<Vec<u8>, PublishError> {
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+    use std::sync::Arc;
+    let e = |e: String| PublishError::Encode(format!("the stream manifest: {e}"));
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("log", DataType::Utf8, false),
+        Field::new("start_offset", DataType::Int64, false),
+        Field::new("end_offset", DataType::Int64, true),
+        Field::new("record_count", DataType::Int64, true),
+    ]));
+    let int = |s: &SealedLog, k: &str| s.entry.get(k).and_then(serde_json::Value::as_i64);
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(
+            sealed
+                .iter()
+                .map(|s| {
+                    s.entry
+                        .get("name")
+                        .and_then(|v| v.as_str())
+                        .unwrap_or("")
+                        .to_string()
+                })
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(Int64Array::from(
+            sealed
+                .iter()
+                .map(|s| int(s, "start_offset").unwrap_or(1))
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(Int64Array::from(
+            sealed
+                .iter()
+                .map(|s| int(s, "end_offset"))
+                .collect::<Vec<_>>(),
+        )),
+        Arc::new(Int64Array::from(
+            sealed
+                .iter()
+                .map(|s| Some(s.record_count as i64))
+                .collect::<Vec<_>>(),
+        )),
+    ];
+    let batch = RecordBatch::try_new(schema.clone(), columns).map_err(|x| e(x.to_string()))?;
+    let mut out = Vec::new();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut out, schema, None)
+        .map_err(|x| e(x.to_string()))?;
+    w.write(&batch).map_err(|x| e(x.to_string()))?;
+    w.close().map_err(|x| e(x.to_string()))?;
+    Ok(out)
 }
 
 /// That a stream is retired (PUBLISHED.md §3.2, `retirement` of stream metadata version 3).
@@ -947,7 +1015,22 @@ impl Publisher {
             start,
             start_ts,
             self.info.retirement.as_ref(),
+            &self
+                .info
+                .sealed_logs
+                .iter()
+                .map(|s| s.entry.clone())
+                .collect::<Vec<_>>(),
         );
+        // with sealed logs, a manifest beside each version (named for it) and a plain copy
+        // beside the plain metadata; `text` (what is compared) names the plain one
+        let mut doc = doc;
+        let manifest = if self.info.sealed_logs.is_empty() {
+            None
+        } else {
+            doc["manifest"] = serde_json::json!(format!("{}.manifest.parquet", self.layout.stream));
+            Some(stream_manifest(&self.info.sealed_logs)?)
+        };
         let text = serde_json::to_string_pretty(&doc)
             .map_err(|e| PublishError::Encode(format!("the stream metadata: {e}")))?;
         let home = self.layout.home.clone();
@@ -964,18 +1047,45 @@ impl Publisher {
         if written.as_deref() == Some(text.as_str()) && hinted {
             return Ok(());
         }
+        // numbered past every version in the directory, not only this publisher's: a migrated
+        // stream's next log publishes into the same home, and versions sort by number
+        let listed = home
+            .list(&dir)?
+            .iter()
+            .filter_map(|k| {
+                let name = k.rsplit('/').next()?;
+                name.split('-').next()?.parse::<u64>().ok()
+            })
+            .max()
+            .unwrap_or(0);
         let n: u64 = self
             .state("stream_metadata_version")?
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
+            .max(listed)
             + 1;
-        let name = format!("{n:05}-{}.metadata.json", uuid::Uuid::new_v4().simple());
-        home.put(&format!("{dir}/{name}"), text.as_bytes())?;
+        let tag = format!("{n:05}-{}", uuid::Uuid::new_v4().simple());
+        let name = format!("{tag}.metadata.json");
+        let versioned = match &manifest {
+            Some(bytes) => {
+                let named = format!("{tag}.manifest.parquet");
+                home.put(&format!("{dir}/{named}"), bytes)?;
+                let mut v = doc.clone();
+                v["manifest"] = serde_json::json!(named);
+                serde_json::to_string_pretty(&v)
+                    .map_err(|e| PublishError::Encode(format!("the stream metadata: {e}")))?
+            }
+            None => text.clone(),
+        };
+        home.put(&format!("{dir}/{name}"), versioned.as_bytes())?;
         home.put(&hint_key, name.as_bytes())?;
         home.put(
             &format!("{}.metadata.json", self.layout.stream),
             text.as_bytes(),
         )?;
+        if let Some(bytes) = &manifest {
+            home.put(&format!("{}.manifest.parquet", self.layout.stream), bytes)?;
+        }
         self.db.transaction("recording the stream metadata", |c| {
             c.execute(
                 "INSERT OR REPLACE INTO published_state(key, value) VALUES ('stream_metadata', ?1), ('stream_metadata_version', ?2)",
@@ -993,6 +1103,13 @@ impl Publisher {
         let excess = versions.len().saturating_sub(KEEP_VERSIONS as usize);
         for key in &versions[..excess] {
             home.delete(key)?;
+            // the manifest named for a pruned version goes with it
+            if let Some(stem) = key.strip_suffix(".metadata.json") {
+                let manifest = format!("{stem}.manifest.parquet");
+                if home.get(&manifest)?.is_some() {
+                    home.delete(&manifest)?;
+                }
+            }
         }
         Ok(())
     }
