@@ -11,8 +11,6 @@
 //! the connection: one writer task and one reader task (pings, the peer's close).
 
 use std::cell::Cell;
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,6 +24,7 @@ use corecast_net::ws::frame::{encode_close, encode_ping};
 use super::deliver::{gather, write, Rendering};
 use super::keepalive::{self, Due, Keepalive};
 use super::pong::OwedPong;
+use super::tick::Tick;
 use super::ws_io::{WsIn, WsReader, LINGER};
 use crate::auth::live::Guard;
 use crate::fanout::signal::Signal;
@@ -162,6 +161,9 @@ async fn serve(
     filter: Option<&Filter>,
 ) -> Option<(u16, String)> {
     let mut next = start.next;
+    // the session's one timer: the keepalive's next instant and the stall deadline of the
+    // write in flight (tick.rs) — not a timer (nor a clock read) per wake-up on the fan-out path
+    let mut tick = Tick::new();
     // the keyed state first (`?state`): whole frames, ≤ 4 MiB per write, every offset below
     // `next`; the log then continues from `next`
     let snapshot = std::mem::take(&mut start.snapshot);
@@ -183,6 +185,7 @@ async fn serve(
                     &mut fv,
                     messages,
                     Some(&stream.stats.dropped_slow),
+                    &mut tick,
                 )
                 .await?;
             }
@@ -192,10 +195,8 @@ async fn serve(
     let lag = stream.stats.lag.register(next);
     let mut fv = FrameVec::new();
     let max_backlog = stream.cfg.max_backlog;
-    // keepalive: one timer, armed for the next instant something may be due and re-armed only
-    // when it fires — not a timer (nor a clock read) per wake-up on the fan-out path
-    let mut keepalive_check = state.keepalive.is_on();
-    let mut keepalive_tick: Option<Pin<Box<dyn Future<Output = ()>>>> = None;
+    let keepalive_on = state.keepalive.is_on();
+    let mut keepalive_check = keepalive_on;
     loop {
         if state.gone.get() {
             return None;
@@ -255,7 +256,7 @@ async fn serve(
                     }
                 }
                 if !fv.is_empty() {
-                    write(stream, wr, &mut fv, frames, None).await?;
+                    write(stream, wr, &mut fv, frames, None, &mut tick).await?;
                 }
             }
             return Some((
@@ -268,7 +269,11 @@ async fn serve(
         }
         let mut frames = 0u64;
         let owed_from = next;
-        // keepalive: a ping when the peer has been silent, the close when it stayed silent
+        // keepalive: a ping when the peer has been silent, the close when it stayed silent;
+        // looked at when the tick fired (for it, or for a write's deadline)
+        if tick.take_fired() && keepalive_on {
+            keepalive_check = true;
+        }
         if keepalive_check {
             keepalive_check = false;
             let now = Instant::now();
@@ -282,7 +287,7 @@ async fn serve(
                 }
                 Due::Wait(by) => by,
             };
-            keepalive_tick = Some(Box::pin(rt::sleep(by.saturating_duration_since(now))));
+            tick.by(by);
         }
         // the owed pong first
         if state.pong.is_owed() {
@@ -317,6 +322,7 @@ async fn serve(
                                     &mut fv,
                                     frames,
                                     Some(&stream.stats.dropped_slow),
+                                    &mut tick,
                                 )
                                 .await?;
                             }
@@ -345,6 +351,7 @@ async fn serve(
                                     &mut fv,
                                     frames,
                                     Some(&stream.stats.dropped_slow),
+                                    &mut tick,
                                 )
                                 .await?;
                                 frames = 0;
@@ -374,6 +381,7 @@ async fn serve(
                 &mut fv,
                 frames,
                 Some(&stream.stats.dropped_slow),
+                &mut tick,
             )
             .await?;
             lag.store(next, Ordering::Relaxed);
@@ -394,13 +402,7 @@ async fn serve(
             return Some((1001, "server shutting down".into()));
         }
         fv.trim();
-        match keepalive_tick.as_mut() {
-            Some(tick) => {
-                if rt::until(signal.wait(), tick.as_mut()).await.is_none() {
-                    keepalive_check = true;
-                }
-            }
-            None => signal.wait().await,
-        }
+        // a firing tick is looked at on the next turn (take_fired above)
+        let _ = tick.until(signal.wait()).await;
     }
 }

@@ -4,7 +4,7 @@
 //! workspace sees only what is re-exported or wrapped here — a runtime builder that reports which
 //! driver it got, TCP listeners and streams split into read and write halves (a read half can
 //! watch for the peer going while another future runs: [`ReadHalf::watch_while`]), `spawn`,
-//! `sleep` and `timeout`, and [`FrameVec`], the vectored-write buffer that lets many sockets share the same
+//! `sleep`, `timeout` and a re-armable [`Timer`], and [`FrameVec`], the vectored-write buffer that lets many sockets share the same
 //! frame bytes. Swapping the runtime (compio, say) means rewriting this module only.
 //!
 //! A connection is plaintext or TLS ([`Conn::tls_accept`], [`Conn::connect_tls`]; rustls,
@@ -135,6 +135,42 @@ pub async fn sleep(d: Duration) {
 /// any I/O it had in flight).
 pub async fn timeout<F: Future>(d: Duration, fut: F) -> Option<F::Output> {
     monoio::time::timeout(d, fut).await.ok()
+}
+
+/// A one-shot timer that is armed once and moved, not created and dropped per use: a session
+/// keeps one for its keepalive and its write-stall deadline ([`Timer::reset`] re-arms it in
+/// place; creating and dropping a timer per write cost ~5 % of a shard's CPU at one frame per
+/// write).
+pub struct Timer {
+    sleep: std::pin::Pin<Box<monoio::time::Sleep>>,
+}
+
+impl Timer {
+    /// A timer that fires at `deadline` (at once when it has passed).
+    pub fn at(deadline: std::time::Instant) -> Timer {
+        Timer {
+            sleep: Box::pin(monoio::time::sleep_until(
+                monoio::time::Instant::from_std(deadline),
+            )),
+        }
+    }
+
+    /// The instant it fires at.
+    pub fn deadline(&self) -> std::time::Instant {
+        self.sleep.deadline().into_std()
+    }
+
+    /// Re-arms it for `deadline`, whether or not it fired.
+    pub fn reset(&mut self, deadline: std::time::Instant) {
+        self.sleep
+            .as_mut()
+            .reset(monoio::time::Instant::from_std(deadline));
+    }
+
+    /// Waits until the deadline has passed (at once, and again at each call, once it has).
+    pub fn wait(&mut self) -> impl Future<Output = ()> + '_ {
+        self.sleep.as_mut()
+    }
 }
 
 /// Runs `fut` unless `stop` finishes first: `Some(output)`, or `None` when `stop` won (then
