@@ -1556,7 +1556,11 @@ fn five_hundred_subscribers_receive_the_same_ten_thousand_rows() {
 #[test]
 fn stalled_subscriber_gets_a_contiguous_prefix_then_4429_while_a_fast_one_gets_everything() {
     let setup = Setup::new();
-    let cfg = setup.config("[[stream]]\nname = \"big\"\nmax_backlog = 64\n");
+    // keepalive off: neither subscriber ever sends, and on a loaded machine the test outlasts
+    // the 20 s ping interval (a ping frame amid the rows is not what this test reads for)
+    let cfg = setup.config(
+        "[websocket]\nping_interval_s = 0\n[[stream]]\nname = \"big\"\nmax_backlog = 64\n",
+    );
     let srv = Server::start(Some(&cfg), &setup.data(), &[]);
     const ROWS: usize = 20_480;
     const PER_FRAME: usize = 32;

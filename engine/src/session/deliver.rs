@@ -5,7 +5,9 @@
 //! (`FrameBatch`'s WebSocket frames, or its lazily built SSE events); the cursor arithmetic, the
 //! `where=` filtering and the write bounds are the same and live here. Runs on the session's shard.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -141,8 +143,10 @@ fn gather_from(
 /// `None` when the socket failed, or did not take one write (≤ 4 MiB) within
 /// [`write_timeout`]: the session then ends without a close frame.
 ///
-/// The deadline is a plain `Instant` checked when the session's [`Tick`] fires (the tick is
-/// brought forward to it only when it would fire later): no timer is created per write. The
+/// A write the socket takes at once (`WriteHalf::write_frames` tries a non-blocking send
+/// first) costs no clock read and no timer. One that has to wait gets a deadline, a plain
+/// `Instant` checked when the session's [`Tick`] fires (the tick is brought forward to it only
+/// when it would fire later): no timer is created per write. The
 /// tick may fire for the session's own clock meanwhile; the write then re-arms it for its
 /// deadline and goes on, and [`Tick::take_fired`] tells the session to look at its clock.
 pub async fn write(
@@ -154,22 +158,30 @@ pub async fn write(
     tick: &mut Tick,
 ) -> Option<()> {
     let bytes = fv.len() as u64;
-    let limit = Instant::now() + write_timeout();
-    tick.by(limit);
     let mut write = std::pin::pin!(wr.write_frames(std::mem::take(fv)));
-    let (res, back) = loop {
-        if let Some(out) = tick.until(write.as_mut()).await {
-            break out;
-        }
-        if Instant::now() >= limit {
-            // counted once, under its transport (`None`: the caller already counted this
-            // reader); dropping the write cancels it
-            if let Some(d) = dropped {
-                d.fetch_add(1, Ordering::Relaxed);
+    // a socket with room takes the whole write in its first poll: then no clock is read and
+    // the tick is not touched
+    let first = std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await;
+    let (res, back) = match first {
+        Poll::Ready(out) => out,
+        Poll::Pending => {
+            let limit = Instant::now() + write_timeout();
+            tick.by(limit);
+            loop {
+                if let Some(out) = tick.until(write.as_mut()).await {
+                    break out;
+                }
+                if Instant::now() >= limit {
+                    // counted once, under its transport (`None`: the caller already counted
+                    // this reader); dropping the write cancels it
+                    if let Some(d) = dropped {
+                        d.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return None;
+                }
+                tick.by(limit);
             }
-            return None;
         }
-        tick.by(limit);
     };
     *fv = back;
     res.ok()?;

@@ -436,6 +436,38 @@ impl ReadHalf {
     }
 }
 
+/// One non-blocking `sendmsg` of the prepared iovecs of `frames` on `w`'s socket: the bytes the
+/// kernel took, or `None` when it would block (its send buffer is full). `MSG_NOSIGNAL`: a peer
+/// gone is an `EPIPE` error here, never a signal.
+fn send_now(
+    w: &monoio::io::OwnedWriteHalf<monoio::net::TcpStream>,
+    frames: &FrameVec,
+) -> io::Result<Option<usize>> {
+    use monoio::buf::IoVecBuf;
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: the write half shares the stream with the read half on this thread only; this
+    // reads its descriptor, nothing else, and no `&mut` to the stream is alive meanwhile
+    let fd = unsafe { &*w.0.get() }.as_raw_fd();
+    // SAFETY: a zeroed msghdr is valid (no name, no control data); the iovecs point into
+    // `frames`, borrowed for the call, and `sendmsg` only reads them
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = frames.read_iovec_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = frames.read_iovec_len() as _;
+    loop {
+        // SAFETY: `fd` is open for as long as `w` is; `msg` is valid (above)
+        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return Ok(Some(n as usize));
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => return Ok(None),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(e),
+        }
+    }
+}
+
 /// The writing half of a [`Conn`].
 pub struct WriteHalf {
     inner: WriteKind,
@@ -459,7 +491,13 @@ impl WriteHalf {
     }
 
     /// Writes every byte `frames` covers with as few vectored writes as the socket allows
-    /// (one, unless the kernel takes a part); returns the emptied [`FrameVec`] for reuse. Over
+    /// (one, unless the kernel takes a part); returns the emptied [`FrameVec`] for reuse.
+    ///
+    /// On a plaintext socket each write is first tried as a non-blocking `sendmsg` made at once
+    /// (`MSG_DONTWAIT`): when the socket has room — nearly always, for a subscriber keeping up —
+    /// the future is ready on its first poll, without an io_uring submission, a completion, or
+    /// a wake-up of the task to collect it. Only what the kernel would not take goes through the
+    /// runtime's `writev`, which waits for room. Over
     /// TLS the parts are encrypted into the connection's buffer and written
     /// [`TLS_WRITE_CHUNK_BYTES`] of plaintext at a time.
     pub async fn write_frames(&mut self, mut frames: FrameVec) -> (io::Result<()>, FrameVec) {
@@ -469,6 +507,18 @@ impl WriteHalf {
         };
         while !frames.is_empty() {
             frames.prepare();
+            // the socket usually has room: hand the bytes to the kernel now, in this poll —
+            // no submission, no completion to wait for, no second poll of the task
+            match send_now(inner, &frames) {
+                Ok(Some(0)) => return (Err(io::ErrorKind::WriteZero.into()), frames),
+                Ok(Some(n)) => {
+                    frames.advance(n);
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => return (Err(e), frames),
+            }
+            // it would block: the runtime's write waits for room (and is what a stall times)
             let (res, back) = inner.writev(frames).await;
             frames = back;
             match res {
