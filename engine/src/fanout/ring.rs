@@ -15,6 +15,7 @@
 
 use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,8 +88,44 @@ impl Hub {
             self.window_open = true;
             return Some(self.coalesce);
         }
-        self.wake();
+        self.feed_or_wake();
         None
+    }
+
+    /// Offers the newest batch to each parked subscriber's direct feed (`signal.rs`) and wakes
+    /// the others; counts what was fed on the stream.
+    fn feed_or_wake(&mut self) {
+        let Some(batch) = self.ring.back().cloned() else {
+            return;
+        };
+        let (first, end, bytes) = (batch.first, batch.end(), &batch.frames[..]);
+        let mut fed = 0u64;
+        let mut counted_on = None;
+        self.subscribers.retain(|w| match w.upgrade() {
+            Some(s) => {
+                if s.try_feed(first, end, bytes).is_some() {
+                    fed += 1;
+                    if counted_on.is_none() {
+                        counted_on = s.feed_stream();
+                    }
+                } else {
+                    s.raise();
+                }
+                true
+            }
+            None => false,
+        });
+        if let Some(st) = counted_on {
+            st.stats
+                .frames_out
+                .fetch_add(fed * batch.len() as u64, Ordering::Relaxed);
+            st.stats
+                .bytes_out
+                .fetch_add(fed * bytes.len() as u64, Ordering::Relaxed);
+            st.stats
+                .last_send_us
+                .store(crate::registry::now_us(), Ordering::Relaxed);
+        }
     }
 
     /// Closes the coalescing window: wakes every subscriber for what it holds.

@@ -27,7 +27,7 @@ use super::pong::OwedPong;
 use super::tick::Tick;
 use super::ws_io::{WsIn, WsReader, LINGER};
 use crate::auth::live::Guard;
-use crate::fanout::signal::Signal;
+use crate::fanout::signal::{FeedTarget, Signal};
 use crate::filter::Filter;
 use crate::registry::Stream;
 use crate::replay::ReplayJob;
@@ -109,6 +109,16 @@ pub async fn run(
     state.ended.raise();
 }
 
+/// Ends the session's direct feed when `serve` returns (or is dropped): the hub must not write
+/// to a socket about to go.
+struct FeedOff<'a>(&'a Signal);
+
+impl Drop for FeedOff<'_> {
+    fn drop(&mut self) {
+        self.0.disable_feed();
+    }
+}
+
 async fn read_loop(mut ws: WsReader, state: Rc<SubState>, signal: Weak<Signal>) {
     let raise = || {
         if let Some(s) = signal.upgrade() {
@@ -153,7 +163,7 @@ async fn read_loop(mut ws: WsReader, state: Rc<SubState>, signal: Weak<Signal>) 
 #[allow(clippy::too_many_arguments)]
 async fn serve(
     ctx: &ShardCtx,
-    stream: &Stream,
+    stream: &Arc<Stream>,
     wr: &mut WriteHalf,
     state: &SubState,
     signal: &Signal,
@@ -193,6 +203,18 @@ async fn serve(
     }
     // this subscriber's cursor on the stream's lag board (/metrics: corecast_subscriber_lag_rows)
     let lag = stream.stats.lag.register(next);
+    // the hub's direct feed (fanout/signal.rs): an unfiltered plaintext subscriber that is
+    // caught up gets each batch written by the hub itself, without a wake-up; removed (by the
+    // guard's drop) before this returns, so before the socket goes
+    let _feed = FeedOff(signal);
+    if let (None, Some(sink)) = (filter, wr.raw_sink()) {
+        signal.enable_feed(FeedTarget {
+            sink,
+            lag: lag.clone(),
+            stream: stream.clone(),
+            max_backlog: stream.cfg.max_backlog,
+        });
+    }
     let mut fv = FrameVec::new();
     let max_backlog = stream.cfg.max_backlog;
     let keepalive_on = state.keepalive.is_on();
@@ -402,7 +424,46 @@ async fn serve(
             return Some((1001, "server shutting down".into()));
         }
         fv.trim();
-        // a firing tick is looked at on the next turn (take_fired above)
+        // a firing tick is looked at on the next turn (take_fired above); parked, the hub may
+        // write batches from `next` on itself meanwhile
+        signal.park(next);
         let _ = tick.until(signal.wait()).await;
+        if let Some((fed_to, written)) = signal.unpark() {
+            next = fed_to;
+            if written > 0 {
+                // the hub's send of the batch at `next` was cut short: its rest goes first,
+                // before any control frame
+                let (bytes, frames) = {
+                    let hub_rc = ctx.hub(stream.index);
+                    let hub = hub_rc.borrow();
+                    let found = hub
+                        .batches_from(next)
+                        .next()
+                        .filter(|b| b.first == next)
+                        .map(|b| (b.frames.clone(), b.len() as u64, b.end()));
+                    match found {
+                        Some((bytes, frames, end)) => {
+                            next = end;
+                            (bytes, frames)
+                        }
+                        // gone from the ring: the frame cannot be completed; drop the
+                        // connection (a close frame now would land inside it)
+                        None => return None,
+                    }
+                };
+                fv.push(bytes);
+                fv.advance(written);
+                write(
+                    stream,
+                    wr,
+                    &mut fv,
+                    frames,
+                    Some(&stream.stats.dropped_slow),
+                    &mut tick,
+                )
+                .await?;
+            }
+            lag.store(next, Ordering::Relaxed);
+        }
     }
 }

@@ -28,6 +28,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 pub use framevec::FrameVec;
+
 pub use tls::WRITE_CHUNK_BYTES as TLS_WRITE_CHUNK_BYTES;
 
 use monoio::buf::IoBufMut;
@@ -468,6 +469,43 @@ fn send_now(
     }
 }
 
+/// A plaintext connection's socket as a non-blocking byte sink that the shard can write to
+/// without a task: the fan-out hands a batch to a parked subscriber's socket itself
+/// ([`WriteHalf::raw_sink`]). It is only a descriptor number: whoever holds one must stop using
+/// it before the [`WriteHalf`] it came from is dropped (the descriptor may be reused after).
+#[derive(Debug, Clone, Copy)]
+pub struct RawSink {
+    fd: std::os::unix::io::RawFd,
+}
+
+impl RawSink {
+    /// One non-blocking `send` of `buf`: the bytes the kernel took (possibly fewer than
+    /// `buf.len()`), or `None` when it would block. `MSG_NOSIGNAL`: a peer gone is an error.
+    pub fn try_send(&self, buf: &[u8]) -> io::Result<Option<usize>> {
+        loop {
+            // SAFETY: `buf` is borrowed for the call and only read; a stale descriptor makes
+            // the call fail (or, reused, write elsewhere), never touch this process's memory
+            let n = unsafe {
+                libc::send(
+                    self.fd,
+                    buf.as_ptr() as *const libc::c_void,
+                    buf.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            };
+            if n >= 0 {
+                return Ok(Some(n as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => return Ok(None),
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+        }
+    }
+}
+
 /// The writing half of a [`Conn`].
 pub struct WriteHalf {
     inner: WriteKind,
@@ -479,6 +517,19 @@ enum WriteKind {
 }
 
 impl WriteHalf {
+    /// The socket as a [`RawSink`]; `None` over TLS (its bytes must go through the session).
+    pub fn raw_sink(&self) -> Option<RawSink> {
+        use std::os::unix::io::AsRawFd;
+        match &self.inner {
+            // SAFETY: reads the descriptor of the stream this thread shares; no `&mut` to it
+            // is alive meanwhile
+            WriteKind::Plain(w) => Some(RawSink {
+                fd: unsafe { &*w.0.get() }.as_raw_fd(),
+            }),
+            WriteKind::Tls(_) => None,
+        }
+    }
+
     /// Writes all of `buf`; returns it for reuse.
     pub async fn write_all(&mut self, buf: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
         match &mut self.inner {
