@@ -89,8 +89,8 @@ def med(rows, key):
     return statistics.median(r[key] for r in rows)
 
 
-def each(rows, key, scale=1.0, unit=""):
-    return ", ".join(f"{r[key] * scale:.3f}{unit}" for r in rows)
+def each(rows, key, scale=1.0, unit="", digits=3):
+    return ", ".join(f"{r[key] * scale:.{digits}f}{unit}" for r in rows)
 
 
 def ab(a):
@@ -117,7 +117,7 @@ def ab(a):
     for name, rows in res.items():
         print(f"| {name} | {each(rows, 'cpu_us_per_frame')} | "
               f"{med(rows, 'cpu_us_per_frame'):.3f} | "
-              f"{each(rows, 'user_share', 100, ' %')} | "
+              f"{each(rows, 'user_share', 100, ' %', 1)} | "
               f"{med(rows, 'user_share') * 100:.1f} % | {med(rows, 'p99_ms'):.1f} |")
     for name, rows in res.items():
         if rows[0]["perf"]:
@@ -153,7 +153,7 @@ def coalesce(a):
         c = med(rows, "cpu_us_per_frame")
         print(f"| {v} | {each(rows, 'cpu_us_per_frame')} | {c:.3f} | "
               f"{c / base:.2f}× | {med(rows, 'p50_ms'):.2f} | "
-              f"{each(rows, 'p99_ms')} | {med(rows, 'p99_ms'):.2f} |")
+              f"{each(rows, 'p99_ms', digits=1)} | {med(rows, 'p99_ms'):.1f} |")
 
 
 def main():

@@ -10,8 +10,9 @@
 //! A stream with `coalesce_us` set does not wake its subscribers per batch: the first batch of a
 //! quiet moment opens a window of that length (one timer per stream and shard, not per
 //! subscriber — the shard's inbox loop arms it), batches that land inside it are only appended,
-//! and [`Hub::flush`] wakes everyone when it closes. Each subscriber then writes the whole window
-//! in one `writev`: fewer writes per frame, each frame up to `coalesce_us` later.
+//! and [`Hub::flush`] hands the whole window to every parked subscriber's socket in one
+//! `sendmsg` (the direct feed, `signal.rs`) or wakes it, when it closes: fewer writes per frame,
+//! each frame up to `coalesce_us` later.
 
 use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
@@ -20,6 +21,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::batch::FrameBatch;
+
+/// Most batches one direct feed hands to one `sendmsg` (the kernel's `IOV_MAX`).
+const FRAMEVEC_MAX_IOV: usize = corecast_net::rt::FrameVec::MAX_IOV;
 use super::signal::Signal;
 
 /// One stream's ring on one shard.
@@ -36,6 +40,8 @@ pub struct Hub {
     coalesce: Duration,
     /// A coalescing window is open: batches are appended without a wake until [`Hub::flush`].
     window_open: bool,
+    /// The first sequence of the open window.
+    window_from: u64,
 }
 
 impl Hub {
@@ -51,6 +57,7 @@ impl Hub {
             prune_at: 64,
             coalesce,
             window_open: false,
+            window_from: head,
         }
     }
 
@@ -71,6 +78,7 @@ impl Hub {
     #[must_use = "a coalescing hub wakes nobody until flush is called"]
     pub fn push(&mut self, batch: Arc<FrameBatch>) -> Option<Duration> {
         debug_assert_eq!(batch.first, self.head, "batches arrive in order");
+        let first = batch.first;
         self.head = batch.end();
         self.frames += batch.len();
         self.ring.push_back(batch);
@@ -86,24 +94,36 @@ impl Hub {
                 return None;
             }
             self.window_open = true;
+            self.window_from = first;
             return Some(self.coalesce);
         }
-        self.feed_or_wake();
+        self.feed_or_wake(first);
         None
     }
 
-    /// Offers the newest batch to each parked subscriber's direct feed (`signal.rs`) and wakes
+    /// Offers the batches from `from` to the head to each parked subscriber's direct feed
+    /// (`signal.rs`: one `sendmsg` of the batches' frames, shared by every socket) and wakes
     /// the others; counts what was fed on the stream.
-    fn feed_or_wake(&mut self) {
-        let Some(batch) = self.ring.back().cloned() else {
-            return;
-        };
-        let (first, end, bytes) = (batch.first, batch.end(), &batch.frames[..]);
+    fn feed_or_wake(&mut self, from: u64) {
+        let mut slices: Vec<std::io::IoSlice<'_>> = Vec::new();
+        let (mut frames, mut len) = (0u64, 0usize);
+        for b in self.ring.iter().skip(self.ring.partition_point(|b| b.end() <= from)) {
+            if b.first < from || slices.len() == FRAMEVEC_MAX_IOV {
+                // not whole batches (cannot happen: the window starts at a batch), or more
+                // than one sendmsg takes: the sessions write them
+                slices.clear();
+                break;
+            }
+            slices.push(std::io::IoSlice::new(&b.frames));
+            frames += b.len() as u64;
+            len += b.frames.len();
+        }
+        let end = self.head;
         let mut fed = 0u64;
         let mut counted_on = None;
         self.subscribers.retain(|w| match w.upgrade() {
             Some(s) => {
-                if s.try_feed(first, end, bytes).is_some() {
+                if !slices.is_empty() && s.try_feed(from, end, &slices, len).is_some() {
                     fed += 1;
                     if counted_on.is_none() {
                         counted_on = s.feed_stream();
@@ -118,10 +138,10 @@ impl Hub {
         if let Some(st) = counted_on {
             st.stats
                 .frames_out
-                .fetch_add(fed * batch.len() as u64, Ordering::Relaxed);
+                .fetch_add(fed * frames, Ordering::Relaxed);
             st.stats
                 .bytes_out
-                .fetch_add(fed * bytes.len() as u64, Ordering::Relaxed);
+                .fetch_add(fed * len as u64, Ordering::Relaxed);
             st.stats
                 .last_send_us
                 .store(crate::registry::now_us(), Ordering::Relaxed);
@@ -130,18 +150,10 @@ impl Hub {
 
     /// Closes the coalescing window: wakes every subscriber for what it holds.
     pub fn flush(&mut self) {
-        self.window_open = false;
-        self.wake();
-    }
-
-    fn wake(&mut self) {
-        self.subscribers.retain(|w| match w.upgrade() {
-            Some(s) => {
-                s.raise();
-                true
-            }
-            None => false,
-        });
+        if self.window_open {
+            self.window_open = false;
+            self.feed_or_wake(self.window_from);
+        }
     }
 
     /// Registers a subscriber's signal (dropped signals are pruned on the next push).

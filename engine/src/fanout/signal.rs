@@ -8,12 +8,13 @@
 //!
 //! **The direct feed.** A WebSocket subscriber without a `where=` filter on a plaintext socket
 //! that is caught up and owes nothing else *parks* before it waits ([`Signal::park`]: its next
-//! offset). When a batch starting exactly there lands, the hub writes the batch's frames to the
-//! socket itself with one non-blocking `send` ([`Signal::try_feed`]) and moves the parked
+//! offset). When a batch starting exactly there lands (or, on a coalescing stream, a window of
+//! batches closes), the hub writes their frames to the socket itself with one non-blocking
+//! `sendmsg` ([`Signal::try_feed`]) and moves the parked
 //! offset past it — no wake-up, no task poll, no vectored write of the session: at one frame per
 //! write this is most of the userland cost of delivering a frame. Anything else falls back to
 //! the session: the send would block (then the session writes the batch, timed as usual), it
-//! took only a part (the session first writes the rest of that batch, before any control frame,
+//! took only a part (the session first writes the rest of those batches, before any control frame,
 //! so the peer never sees a frame cut), or the signal was raised for another reason (a ping to
 //! answer, a close, shutdown, a revoked principal, a stopped stream) — raising unparks, so the
 //! hub feeds nothing until the session has looked and parked again. The session reads where the
@@ -97,18 +98,24 @@ impl Signal {
     }
 
     /// Where the feed left the session, once it woke: the next offset owed and the bytes of the
-    /// batch starting there that are already written (0 unless a send was cut short). `None`
+    /// batches from there that are already written (0 unless a send was cut short). `None`
     /// when it was not parked.
     pub fn unpark(&self) -> Option<(u64, usize)> {
         let parked = self.parked.take();
         self.resume.take().or(parked.map(|n| (n, 0)))
     }
 
-    /// The hub's offer of a batch `[first, end)` whose frames are `bytes`: written to the
-    /// socket when the session is parked exactly at `first` and the socket takes it all at
-    /// once. `Some(())`: written (the caller counts it, and does not raise); `None`: the caller
+    /// The hub's offer of the batches `[first, end)` whose frames are `bytes` (`len` in all):
+    /// written to the socket when the session is parked exactly at `first` and the socket takes
+    /// it all at once. `Some(())`: written (the caller counts it, and does not raise); `None`: the caller
     /// raises the signal (the session takes it from here).
-    pub fn try_feed(&self, first: u64, end: u64, bytes: &[u8]) -> Option<()> {
+    pub fn try_feed(
+        &self,
+        first: u64,
+        end: u64,
+        bytes: &[std::io::IoSlice<'_>],
+        len: usize,
+    ) -> Option<()> {
         if self.parked.get() != Some(first) {
             return None;
         }
@@ -118,13 +125,13 @@ impl Signal {
             return None;
         }
         match target.sink.try_send(bytes) {
-            Ok(Some(n)) if n == bytes.len() => {
+            Ok(Some(n)) if n == len => {
                 self.parked.set(Some(end));
                 target.lag.store(end, Ordering::Relaxed);
                 Some(())
             }
             Ok(Some(n)) if n > 0 => {
-                // a part went: the session writes the rest of this batch first
+                // a part went: the session writes the rest of these batches first
                 self.parked.set(None);
                 self.resume.set(Some((first, n)));
                 None

@@ -431,37 +431,62 @@ async fn serve(
         if let Some((fed_to, written)) = signal.unpark() {
             next = fed_to;
             if written > 0 {
-                // the hub's send of the batch at `next` was cut short: its rest goes first,
-                // before any control frame
-                let (bytes, frames) = {
+                // the hub's send of the batches from `next` was cut short: the rest of the
+                // batch it stopped in goes first, before any control frame
+                let mut left = written;
+                let mut whole = 0u64;
+                let cut = {
                     let hub_rc = ctx.hub(stream.index);
                     let hub = hub_rc.borrow();
-                    let found = hub
-                        .batches_from(next)
-                        .next()
-                        .filter(|b| b.first == next)
-                        .map(|b| (b.frames.clone(), b.len() as u64, b.end()));
-                    match found {
-                        Some((bytes, frames, end)) => {
-                            next = end;
-                            (bytes, frames)
+                    let mut cut = None;
+                    for b in hub.batches_from(next) {
+                        if b.first != next {
+                            break;
                         }
-                        // gone from the ring: the frame cannot be completed; drop the
-                        // connection (a close frame now would land inside it)
-                        None => return None,
+                        if left >= b.frames.len() {
+                            // written whole by the hub (not counted there)
+                            left -= b.frames.len();
+                            whole += b.len() as u64;
+                            next = b.end();
+                            if left == 0 {
+                                break;
+                            }
+                            continue;
+                        }
+                        cut = Some((b.frames.clone(), b.len() as u64));
+                        next = b.end();
+                        break;
                     }
+                    cut
                 };
-                fv.push(bytes);
-                fv.advance(written);
-                write(
-                    stream,
-                    wr,
-                    &mut fv,
-                    frames,
-                    Some(&stream.stats.dropped_slow),
-                    &mut tick,
-                )
-                .await?;
+                stream
+                    .stats
+                    .frames_out
+                    .fetch_add(whole, Ordering::Relaxed);
+                stream
+                    .stats
+                    .bytes_out
+                    .fetch_add((written - left) as u64, Ordering::Relaxed);
+                if left > 0 {
+                    // gone from the ring, the batch cannot be completed: drop the connection
+                    // (a close frame now would land inside a frame)
+                    let (bytes, frames) = cut?;
+                    fv.push(bytes);
+                    fv.advance(left);
+                    stream
+                        .stats
+                        .bytes_out
+                        .fetch_add(left as u64, Ordering::Relaxed);
+                    write(
+                        stream,
+                        wr,
+                        &mut fv,
+                        frames,
+                        Some(&stream.stats.dropped_slow),
+                        &mut tick,
+                    )
+                    .await?;
+                }
             }
             lag.store(next, Ordering::Relaxed);
         }

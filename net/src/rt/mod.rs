@@ -479,19 +479,20 @@ pub struct RawSink {
 }
 
 impl RawSink {
-    /// One non-blocking `send` of `buf`: the bytes the kernel took (possibly fewer than
-    /// `buf.len()`), or `None` when it would block. `MSG_NOSIGNAL`: a peer gone is an error.
-    pub fn try_send(&self, buf: &[u8]) -> io::Result<Option<usize>> {
+    /// One non-blocking `sendmsg` of `bufs` (≤ [`FrameVec::MAX_IOV`] of them), in order: the
+    /// bytes the kernel took (possibly fewer than all), or `None` when it would block.
+    /// `MSG_NOSIGNAL`: a peer gone is an error.
+    pub fn try_send(&self, bufs: &[std::io::IoSlice<'_>]) -> io::Result<Option<usize>> {
+        // SAFETY: a zeroed msghdr is valid (no name, no control data); `IoSlice` is
+        // ABI-compatible with `iovec` on Unix, and `bufs` is borrowed for the call
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = bufs.len().min(FrameVec::MAX_IOV) as _;
         loop {
-            // SAFETY: `buf` is borrowed for the call and only read; a stale descriptor makes
-            // the call fail (or, reused, write elsewhere), never touch this process's memory
+            // SAFETY: `msg` is valid (above) and only read; a stale descriptor makes the call
+            // fail (or, reused, write elsewhere), never touch this process's memory
             let n = unsafe {
-                libc::send(
-                    self.fd,
-                    buf.as_ptr() as *const libc::c_void,
-                    buf.len(),
-                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-                )
+                libc::sendmsg(self.fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
             };
             if n >= 0 {
                 return Ok(Some(n as usize));
