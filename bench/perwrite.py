@@ -10,12 +10,12 @@ in the steady part (utime ÷ (utime+stime) of /proc/PID/stat between 4 s in and 
 end). With `--perf SECS`, round 1 also samples each broker with `perf record` for SECS and
 prints the share by binary (`perf report --sort dso`): corecast + libc + vdso is userland.
 
-`coalesce`: 1,000 subscribers × 1,000 rows/s against this build with `coalesce_us` = each of
+`coalesce`: 1,000 subscribers × 1,000 rows/s (`--rate`) against this build with `coalesce_us` = each of
 `--coalesce` on the stream, the values alternating order each round: CPU per delivered frame
 against p50/p99 publish→deliver.
 
     bench/perwrite.sh ab --baseline DIR [--rounds 3] [--seconds 15] [--perf 8]
-    bench/perwrite.sh coalesce [--rounds 2] [--seconds 10] [--coalesce 0,100,500,1000]
+    bench/perwrite.sh coalesce [--rounds 2] [--seconds 10] [--coalesce 0,100,500,1000] [--rate 1000]
 
 DIR holds a release `corecast` of the baseline (e.g. a copy of main's target/release/corecast).
 """
@@ -130,7 +130,7 @@ def ab(a):
 
 def coalesce(a):
     values = [int(x) for x in a.coalesce.split(",")]
-    args = ["--threads", "1", "--publishers", "1", "--window", "64", "--rate", "1000",
+    args = ["--threads", "1", "--publishers", "1", "--window", "64", "--rate", str(a.rate),
             "--subscribers", "1000", "--drain", "10", "--sample", "16"]
     res = {v: [] for v in values}
     with tempfile.TemporaryDirectory(prefix="coalesce-") as scratch:
@@ -142,8 +142,8 @@ def coalesce(a):
                 log(f"round {r + 1} coalesce_us={v}: {row['cpu_us_per_frame']:.3f} µs/frame, "
                     f"p50 {row['p50_ms']:.2f} ms, p99 {row['p99_ms']:.2f} ms ({machine_note()})")
                 res[v].append(row)
-    print(f"1,000 subscribers × 1,000 rows/s, {a.rounds} rounds × {a.seconds} s, alternating; "
-          f"{machine_note()}")
+    print(f"1,000 subscribers × {a.rate:,} rows/s, {a.rounds} rounds × {a.seconds} s, "
+          f"alternating; {machine_note()}")
     print(f"command: {res[values[0]][0]['_cmd']}  (stream: coalesce_us = N)")
     print("| coalesce_us | CPU µs per delivered frame, each round | median | vs 0 | "
           "p50 ms (median) | p99 ms, each round | p99 median |")
@@ -168,6 +168,7 @@ def main():
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--seconds", type=int, default=10)
     p.add_argument("--coalesce", default="0,100,500,1000")
+    p.add_argument("--rate", type=int, default=1000, help="rows/s published")
     a = ap.parse_args()
     if a.seconds < 8:
         raise SystemExit("--seconds must be at least 8 (the steady window starts 4 s in)")

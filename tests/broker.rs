@@ -1558,9 +1558,8 @@ fn stalled_subscriber_gets_a_contiguous_prefix_then_4429_while_a_fast_one_gets_e
     let setup = Setup::new();
     // keepalive off: neither subscriber ever sends, and on a loaded machine the test outlasts
     // the 20 s ping interval (a ping frame amid the rows is not what this test reads for)
-    let cfg = setup.config(
-        "[websocket]\nping_interval_s = 0\n[[stream]]\nname = \"big\"\nmax_backlog = 64\n",
-    );
+    let cfg = setup
+        .config("[websocket]\nping_interval_s = 0\n[[stream]]\nname = \"big\"\nmax_backlog = 64\n");
     let srv = Server::start(Some(&cfg), &setup.data(), &[]);
     const ROWS: usize = 20_480;
     const PER_FRAME: usize = 32;
@@ -1653,8 +1652,11 @@ fn a_coalescing_stream_delivers_every_commit_in_order() {
     while i <= ROWS {
         let n = (ROWS + 1 - i).min(10);
         for k in i..i + n {
-            p.send(Message::text(format!(r#"{{"i":{k},"odd":{}}}"#, k % 2 == 1)))
-                .unwrap();
+            p.send(Message::text(format!(
+                r#"{{"i":{k},"odd":{}}}"#,
+                k % 2 == 1
+            )))
+            .unwrap();
         }
         for _ in 0..n {
             assert!(recv_text(&mut p).contains("\"ok\""));
@@ -1694,7 +1696,8 @@ fn a_coalescing_stream_delivers_every_commit_in_order() {
 #[test]
 fn a_subscriber_that_stops_reading_is_released_after_the_write_timeout() {
     let setup = Setup::new();
-    let cfg = setup.config("write_timeout_s = 2\n[[stream]]\nname = \"big\"\nmax_backlog = 100000\n");
+    let cfg =
+        setup.config("write_timeout_s = 2\n[[stream]]\nname = \"big\"\nmax_backlog = 100000\n");
     let srv = Server::start(Some(&cfg), &setup.data(), &[]);
     const ROWS: usize = 20_480;
     const PER_FRAME: usize = 32;

@@ -1215,7 +1215,11 @@ mod tests {
                 "stream[0].max_keys",
                 "outside 1..=",
             ),
-            ("coalesce_us = -1", "stream[0].coalesce_us", "outside 0..=100000"),
+            (
+                "coalesce_us = -1",
+                "stream[0].coalesce_us",
+                "outside 0..=100000",
+            ),
             (
                 "coalesce_us = 100001",
                 "stream[0].coalesce_us",
@@ -1247,7 +1251,10 @@ mod tests {
     fn coalesce_us_defaults_to_off_and_can_be_set() {
         let d = tempfile::tempdir().unwrap();
         let p = write(d.path(), "a.toml", "[[stream]]\nname = \"t\"\n");
-        assert_eq!(Config::load(&p).unwrap().streams[0].coalesce, Duration::ZERO);
+        assert_eq!(
+            Config::load(&p).unwrap().streams[0].coalesce,
+            Duration::ZERO
+        );
         let p = write(
             d.path(),
             "b.toml",

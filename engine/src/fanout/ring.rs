@@ -107,7 +107,11 @@ impl Hub {
     fn feed_or_wake(&mut self, from: u64) {
         let mut slices: Vec<std::io::IoSlice<'_>> = Vec::new();
         let (mut frames, mut len) = (0u64, 0usize);
-        for b in self.ring.iter().skip(self.ring.partition_point(|b| b.end() <= from)) {
+        for b in self
+            .ring
+            .iter()
+            .skip(self.ring.partition_point(|b| b.end() <= from))
+        {
             if b.first < from || slices.len() == FRAMEVEC_MAX_IOV {
                 // not whole batches (cannot happen: the window starts at a batch), or more
                 // than one sendmsg takes: the sessions write them

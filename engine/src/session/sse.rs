@@ -40,8 +40,8 @@ use corecast_net::rt::{self, FrameVec, ReadHalf, WriteHalf};
 use corecast_net::sse;
 
 use super::deliver::{gather, write, Rendering};
-use super::tick::Tick;
 use super::route::{parse_py_int, unknown_params_listed};
+use super::tick::Tick;
 use super::ws_io::LINGER;
 use crate::config::HttpApiConfig;
 use crate::fanout::signal::Signal;
@@ -687,7 +687,15 @@ async fn run(
             }
         }
         if !fv.is_empty() {
-            write(st, wr, &mut fv, events, Some(&st.stats.sse_dropped_slow), tick).await?;
+            write(
+                st,
+                wr,
+                &mut fv,
+                events,
+                Some(&st.stats.sse_dropped_slow),
+                tick,
+            )
+            .await?;
             lag.store(next, Ordering::Relaxed);
             last_write = Instant::now();
             // shutdown: a reader still catching up gets READER_GRACE, then its goodbye

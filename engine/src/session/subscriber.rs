@@ -459,10 +459,7 @@ async fn serve(
                     }
                     cut
                 };
-                stream
-                    .stats
-                    .frames_out
-                    .fetch_add(whole, Ordering::Relaxed);
+                stream.stats.frames_out.fetch_add(whole, Ordering::Relaxed);
                 stream
                     .stats
                     .bytes_out

@@ -5,7 +5,7 @@
 //! (`deliver::write`). Timing each write with its own timer cost a timer created, registered in
 //! the wheel and dropped per write — at one frame per write (1,000 subscribers × 100 rows/s) that
 //! was ~5 % of a shard's CPU plus a 1.5 KiB allocation per write. Instead each session keeps one
-//! [`rt::Timer`](corecast_net::rt::Timer), armed for the earliest instant anything of the
+//! [`rt::Timer`], armed for the earliest instant anything of the
 //! session may be due and re-armed only when it fires: a write reads the clock once, sets its
 //! deadline (a plain `Instant`) and brings the timer forward only when it would fire later than
 //! that — which it never does while the keepalive's next instant (≤ its interval) or an earlier

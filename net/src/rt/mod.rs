@@ -150,9 +150,9 @@ impl Timer {
     /// A timer that fires at `deadline` (at once when it has passed).
     pub fn at(deadline: std::time::Instant) -> Timer {
         Timer {
-            sleep: Box::pin(monoio::time::sleep_until(
-                monoio::time::Instant::from_std(deadline),
-            )),
+            sleep: Box::pin(monoio::time::sleep_until(monoio::time::Instant::from_std(
+                deadline,
+            ))),
         }
     }
 
@@ -491,9 +491,8 @@ impl RawSink {
         loop {
             // SAFETY: `msg` is valid (above) and only read; a stale descriptor makes the call
             // fail (or, reused, write elsewhere), never touch this process's memory
-            let n = unsafe {
-                libc::sendmsg(self.fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
-            };
+            let n =
+                unsafe { libc::sendmsg(self.fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
             if n >= 0 {
                 return Ok(Some(n as usize));
             }
