@@ -15,7 +15,8 @@
 //! write this is most of the userland cost of delivering a frame. Anything else falls back to
 //! the session: the send would block (then the session writes the batch, timed as usual), it
 //! took only a part (the session first writes the rest of those batches, before any control frame,
-//! so the peer never sees a frame cut), or the signal was raised for another reason (a ping to
+//! so the peer never sees a frame cut), the principal was revoked or its deadline passed (the
+//! session closes it, as at any turn), or the signal was raised for another reason (a ping to
 //! answer, a close, shutdown, a revoked principal, a stopped stream) — raising unparks, so the
 //! hub feeds nothing until the session has looked and parked again. The session reads where the
 //! feed left it with [`Signal::unpark`] once it wakes.
@@ -26,9 +27,11 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::Instant;
 
 use corecast_net::rt::RawSink;
 
+use crate::auth::live::Live;
 use crate::registry::Stream;
 
 /// What the hub needs to feed a parked subscriber: its socket, its cursor on the stream's lag
@@ -44,6 +47,11 @@ pub struct FeedTarget {
     /// The stream's `max_backlog`: a batch larger than this overflows a subscriber however
     /// caught up it is (PROTOCOL.md §6), so it is never fed; the session closes it 4429.
     pub max_backlog: u64,
+    /// The principal's live state (`None` on an open broker): a revoked principal is not fed,
+    /// the session is woken and closes 1008 as it would at any turn.
+    pub live: Option<Arc<Live>>,
+    /// When the session must end (a JWT's `exp`, `max_subscription_age_s`): past it, not fed.
+    pub deadline: Option<Instant>,
 }
 
 /// A level-triggered wake-up flag owned by one task of this thread.
@@ -121,7 +129,10 @@ impl Signal {
         }
         let feed = self.feed.borrow();
         let target = feed.as_ref()?;
-        if end - first > target.max_backlog {
+        if end - first > target.max_backlog
+            || target.live.as_ref().is_some_and(|l| l.revoked())
+            || target.deadline.is_some_and(|d| Instant::now() >= d)
+        {
             return None;
         }
         match target.sink.try_send(bytes) {

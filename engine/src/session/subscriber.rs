@@ -213,6 +213,8 @@ async fn serve(
             lag: lag.clone(),
             stream: stream.clone(),
             max_backlog: stream.cfg.max_backlog,
+            live: state.guard.as_ref().map(|g| g.live.clone()),
+            deadline: state.guard.as_ref().and_then(|g| g.deadline),
         });
     }
     let mut fv = FrameVec::new();
