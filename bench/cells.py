@@ -34,9 +34,10 @@ def pinned(cmd, cpus):
 
 
 class Broker:
-    """`corecast serve` in its own scratch directory `scratch/name`, on a free loopback port."""
+    """`corecast serve` in its own scratch directory `scratch/name`, on a free loopback port
+    (the binary of `bin_dir`, default REL)."""
 
-    def __init__(self, scratch, name, config=TRADES, cores=1, cpus=None):
+    def __init__(self, scratch, name, config=TRADES, cores=1, cpus=None, bin_dir=None):
         self.dir = os.path.join(scratch, name)
         shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(self.dir)
@@ -44,7 +45,7 @@ class Broker:
         with open(path, "w") as f:
             f.write(config)
         self.logf = open(os.path.join(self.dir, "corecast.log"), "w")
-        cmd = [os.path.join(REL, "corecast"), "serve", "--config", path, "--listen", "127.0.0.1:0",
+        cmd = [os.path.join(bin_dir or REL, "corecast"), "serve", "--config", path, "--listen", "127.0.0.1:0",
                "--data", os.path.join(self.dir, "data"), "--cores", str(cores)]
         self.p = subprocess.Popen(pinned(cmd, cpus), stdout=subprocess.PIPE, stderr=self.logf,
                                   text=True)

@@ -973,6 +973,64 @@ fn sessions_end_at_the_age_limit_and_at_the_jwt_expiry() {
     );
 }
 
+/// The age limit ends a subscription that rows keep arriving for, too: a caught-up subscriber
+/// whose frames the hub writes to its socket directly (no wake-up per row) still closes 1008
+/// `expired` at its deadline, after a contiguous run of rows.
+#[test]
+fn a_subscription_fed_rows_without_pause_still_ends_at_the_age_limit() {
+    let extra = format!(
+        "\n[auth.principals.frank]\ntokens = [\"{}\"]\ngrants = {{ \"data.read\" = [\"trades\"] }}\nmax_subscription_age_s = 2\n",
+        hash_token("frank-token")
+    );
+    let w = world_edited(&extra, |t| t.to_string());
+    let frank = [("authorization", "Bearer frank-token")];
+    let bob = format!("Bearer {BOB_TOKEN}");
+    let mut p = greeted(&w.server, "/trades?publish", &[("authorization", &bob)]);
+    let t = Instant::now();
+    let mut ws = greeted(&w.server, "/trades", &frank);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let publisher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut k = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && k < 400 {
+                support::publish_on(&mut p, &[trade(k, "FEED")]);
+                k += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            k
+        })
+    };
+    let mut offsets = Vec::new();
+    let close = loop {
+        match ws.read() {
+            Ok(tungstenite::Message::Text(f)) => {
+                offsets.push(f[1..f.find(',').unwrap()].parse::<u64>().unwrap())
+            }
+            Ok(tungstenite::Message::Close(Some(c))) => {
+                break (u16::from(c.code), c.reason.to_string())
+            }
+            Ok(_) => {}
+            Err(e) => panic!("no close frame: {e}"),
+        }
+    };
+    let waited = t.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let published = publisher.join().unwrap();
+    assert_eq!(close, (1008, r#"{"error":"expired"}"#.to_string()));
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(6),
+        "{waited:?}"
+    );
+    assert!(!offsets.is_empty() && published > 0);
+    let first = offsets[0];
+    assert_eq!(
+        offsets,
+        (first..first + offsets.len() as u64).collect::<Vec<_>>(),
+        "contiguous"
+    );
+}
+
 /// Regressions found by trying to break the layer.
 #[test]
 fn what_a_hostile_client_tried_is_refused() {

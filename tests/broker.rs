@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use corecast_storage::schema::{RowCodec, Schema};
-use support::{publish_on, recv_text, trade, ws_connect, Server, Setup, Ws};
+use support::{http_get, publish_on, recv_text, trade, ws_connect, Server, Setup, Ws};
 use tungstenite::Message;
 
 /// The trade schema as every greeting publishes it (PROTOCOL.md §4).
@@ -1556,7 +1556,10 @@ fn five_hundred_subscribers_receive_the_same_ten_thousand_rows() {
 #[test]
 fn stalled_subscriber_gets_a_contiguous_prefix_then_4429_while_a_fast_one_gets_everything() {
     let setup = Setup::new();
-    let cfg = setup.config("[[stream]]\nname = \"big\"\nmax_backlog = 64\n");
+    // keepalive off: neither subscriber ever sends, and on a loaded machine the test outlasts
+    // the 20 s ping interval (a ping frame amid the rows is not what this test reads for)
+    let cfg = setup
+        .config("[websocket]\nping_interval_s = 0\n[[stream]]\nname = \"big\"\nmax_backlog = 64\n");
     let srv = Server::start(Some(&cfg), &setup.data(), &[]);
     const ROWS: usize = 20_480;
     const PER_FRAME: usize = 32;
@@ -1625,6 +1628,110 @@ fn stalled_subscriber_gets_a_contiguous_prefix_then_4429_while_a_fast_one_gets_e
     );
     let offs: Vec<u64> = texts.iter().map(|f| split_frame(f).0.unwrap()).collect();
     assert_eq!(offs, (first..first + 64).collect::<Vec<_>>());
+    srv.kill9();
+}
+
+/// `coalesce_us`: commits landing inside a window reach every subscriber together, whole, in
+/// order, none lost or repeated — whether the hub hands the window to a parked subscriber's
+/// socket itself or wakes it (a `where=` subscriber is always woken).
+#[test]
+fn a_coalescing_stream_delivers_every_commit_in_order() {
+    let setup = Setup::new();
+    let cfg = setup.config("[[stream]]\nname = \"c\"\ncoalesce_us = 2000\n");
+    let srv = Server::start(Some(&cfg), &setup.data(), &[]);
+    let mut subs: Vec<Raw> = (0..3).map(|_| Raw::connect(srv.addr, "/c")).collect();
+    let mut odd = Raw::connect(srv.addr, "/c?where=%7B%22odd%22%3Atrue%7D");
+    for s in subs.iter_mut() {
+        s.text();
+    }
+    odd.text();
+    let (mut p, _) = open(&srv, "c?publish");
+    const ROWS: u64 = 300;
+    // ten frames in flight at a time, one row each: several commits per window
+    let mut i = 1u64;
+    while i <= ROWS {
+        let n = (ROWS + 1 - i).min(10);
+        for k in i..i + n {
+            p.send(Message::text(format!(
+                r#"{{"i":{k},"odd":{}}}"#,
+                k % 2 == 1
+            )))
+            .unwrap();
+        }
+        for _ in 0..n {
+            assert!(recv_text(&mut p).contains("\"ok\""));
+        }
+        i += n;
+    }
+    for s in subs.iter_mut() {
+        let bytes = s.take_frames(ROWS as usize);
+        let offs: Vec<u64> = split_frames(&bytes)
+            .into_iter()
+            .map(|f| split_frame(f).0.unwrap())
+            .collect();
+        assert_eq!(offs, (1..=ROWS).collect::<Vec<_>>());
+    }
+    let bytes = odd.take_frames(ROWS as usize / 2);
+    let offs: Vec<u64> = split_frames(&bytes)
+        .into_iter()
+        .map(|f| split_frame(f).0.unwrap())
+        .collect();
+    assert_eq!(offs, (1..=ROWS).step_by(2).collect::<Vec<_>>());
+    let m = http_get(srv.addr, "/metrics").text();
+    assert!(
+        m.contains(&format!(
+            "corecast_frames_out_total{{stream=\"c\"}} {}",
+            3 * ROWS + ROWS / 2
+        )),
+        "every delivered frame counted once: {m}"
+    );
+    srv.kill9();
+}
+
+/// A subscriber that stops reading while the server writes to it is released once one write
+/// has not completed within `write_timeout_s` (its descriptor closed, no close frame: none can
+/// reach it), and counted once in `dropped_slow` — whether the write is timed by a timer of its
+/// own or, as now, by the session's one tick (`session/tick.rs`). Its backlog limit is far
+/// above what is published, so the write timeout is the only way out.
+#[test]
+fn a_subscriber_that_stops_reading_is_released_after_the_write_timeout() {
+    let setup = Setup::new();
+    let cfg =
+        setup.config("write_timeout_s = 2\n[[stream]]\nname = \"big\"\nmax_backlog = 100000\n");
+    let srv = Server::start(Some(&cfg), &setup.data(), &[]);
+    const ROWS: usize = 20_480;
+    const PER_FRAME: usize = 32;
+    let pad = "x".repeat(1000);
+    let row = |i: usize| format!(r#"{{"i":{i},"pad":"{pad}"}}"#);
+    let mut stalled = Raw::connect(srv.addr, "/big");
+    stalled.text();
+    let (mut p, _) = open(&srv, "big?publish");
+    // ~20 MB: far more than the two sockets' buffers hold, so a write to it stalls
+    let t0 = Instant::now();
+    for chunk in (1..=ROWS).collect::<Vec<_>>().chunks(PER_FRAME) {
+        let body: Vec<String> = chunk.iter().map(|&i| row(i)).collect();
+        assert!(call(&mut p, &format!("[{}]", body.join(","))).contains("\"ok\""));
+    }
+    let published = t0.elapsed();
+    // the write in flight times out 2 s after it started; the socket must go soon after
+    stalled.expect_released(Duration::from_secs(15));
+    let m = http_get(srv.addr, "/metrics").text();
+    assert!(
+        m.contains("corecast_subscribers{stream=\"big\",transport=\"websocket\"} 0"),
+        "{m}"
+    );
+    assert!(
+        m.contains("corecast_dropped_slow_total{stream=\"big\",transport=\"websocket\"} 1"),
+        "{m}"
+    );
+    // not before the timeout: the first stalled write began after the greeting, so the
+    // release took at least 2 s from the first publish
+    assert!(t0.elapsed() >= Duration::from_secs(2), "{published:?}");
+    // the publisher is still served
+    assert_eq!(
+        call(&mut p, &row(ROWS + 1)),
+        format!("{{\"ok\":[{}]}}", ROWS + 1)
+    );
     srv.kill9();
 }
 

@@ -13,6 +13,7 @@
 //! max_in_flight = 64             # replies owed per publisher connection
 //! max_inbound = 65536            # rows queued for commit per stream
 //! max_message_bytes = 1048576
+//! coalesce_us = 0                # hold subscribers' writes up to this long to merge commits (0: off)
 //! segment_bytes = 67108864       # durable streams: bytes per preallocated hot-log segment file
 //! seal_target_bytes = 67108864   # durable streams: encoded row bytes per sealed Parquet segment
 //! seal_every_s = 60              # ... or seal whatever is unsealed once its oldest row is this old
@@ -182,6 +183,9 @@ pub enum EvictAfter {
 /// The default of `published_grace_s`: how long a file no kept table version names stays.
 pub const DEFAULT_PUBLISHED_GRACE: Duration = Duration::from_secs(600);
 
+/// The largest `coalesce_us` (100 ms): a longer hold is latency no fan-out saving pays for.
+pub const MAX_COALESCE_US: i64 = 100_000;
+
 /// The default of `write_timeout_s`.
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -282,6 +286,10 @@ pub struct StreamConfig {
     pub max_inbound: usize,
     /// Largest inbound WebSocket message in bytes (1009 above it).
     pub max_message_bytes: usize,
+    /// How long a committed batch may wait before this stream's subscribers are woken for it
+    /// (`coalesce_us`; zero, the default: at once). Batches committed meanwhile go out in the
+    /// same write: fewer, larger writes per subscriber, each frame up to this much later.
+    pub coalesce: Duration,
     /// Bytes each hot-log segment file of a durable stream is preallocated to.
     pub segment_bytes: u64,
     /// Encoded row bytes after which the unsealed rows of a durable stream are cut into a
@@ -320,6 +328,7 @@ impl StreamConfig {
             max_in_flight: 64,
             max_inbound: 65_536,
             max_message_bytes: 1 << 20,
+            coalesce: Duration::ZERO,
             segment_bytes: corecast_storage::log::DEFAULT_SEGMENT_BYTES,
             seal_target_bytes: DEFAULT_SEAL_TARGET_BYTES,
             seal_every: Duration::from_secs(60),
@@ -435,6 +444,7 @@ struct RawStream {
     max_in_flight: Option<i64>,
     max_inbound: Option<i64>,
     max_message_bytes: Option<i64>,
+    coalesce_us: Option<i64>,
     segment_bytes: Option<i64>,
     seal_target_bytes: Option<i64>,
     seal_every_s: Option<toml::Value>,
@@ -746,6 +756,18 @@ impl Config {
             }
             if let Some(n) = positive(s.max_message_bytes, "max_message_bytes", 1 << 30)? {
                 sc.max_message_bytes = n as usize;
+            }
+            match s.coalesce_us {
+                None => {}
+                Some(n) if (0..=MAX_COALESCE_US).contains(&n) => {
+                    sc.coalesce = Duration::from_micros(n as u64);
+                }
+                Some(n) => {
+                    return Err(err(
+                        &k("coalesce_us"),
+                        format!("{n} is outside 0..={MAX_COALESCE_US} (µs; 0 turns it off)"),
+                    ))
+                }
             }
             if let Some(n) = s.segment_bytes {
                 let min = corecast_storage::log::segment::MIN_SEGMENT_BYTES as i64;
@@ -1194,6 +1216,16 @@ mod tests {
                 "outside 1..=",
             ),
             (
+                "coalesce_us = -1",
+                "stream[0].coalesce_us",
+                "outside 0..=100000",
+            ),
+            (
+                "coalesce_us = 100001",
+                "stream[0].coalesce_us",
+                "outside 0..=100000",
+            ),
+            (
                 "checkpoint_every_s = 5",
                 "stream[0].checkpoint_every_s",
                 "without key",
@@ -1213,6 +1245,25 @@ mod tests {
             assert_eq!(e.key, key, "{body}: {e}");
             assert!(e.reason.contains(why), "{body}: {e}");
         }
+    }
+
+    #[test]
+    fn coalesce_us_defaults_to_off_and_can_be_set() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write(d.path(), "a.toml", "[[stream]]\nname = \"t\"\n");
+        assert_eq!(
+            Config::load(&p).unwrap().streams[0].coalesce,
+            Duration::ZERO
+        );
+        let p = write(
+            d.path(),
+            "b.toml",
+            "[[stream]]\nname = \"t\"\ncoalesce_us = 500\n",
+        );
+        assert_eq!(
+            Config::load(&p).unwrap().streams[0].coalesce,
+            Duration::from_micros(500)
+        );
     }
 
     #[test]

@@ -106,6 +106,7 @@ pub fn keys() -> Vec<Key> {
         key("stream", "max_in_flight", s.max_in_flight.to_string(), "replies a publisher connection may be owed before the server stops reading it"),
         key("stream", "max_inbound", s.max_inbound.to_string(), "rows queued for commit per stream before publishers wait"),
         key("stream", "max_message_bytes", s.max_message_bytes.to_string(), "largest inbound WebSocket message, bytes (1009 above it)"),
+        key("stream", "coalesce_us", s.coalesce.as_micros().to_string(), "hold subscribers' writes up to this many µs to merge commits into one write (0: off; ≤ 100000)"),
         key("stream", "segment_bytes", s.segment_bytes.to_string(), "bytes each hot-log segment file is preallocated to"),
         key("stream", "seal_target_bytes", s.seal_target_bytes.to_string(), "encoded row bytes per sealed Parquet segment"),
         key("stream", "seal_every_s", s.seal_every.as_secs().to_string(), "seal whatever is unsealed once its oldest row is this many seconds old"),
@@ -285,8 +286,18 @@ mod tests {
             )
         );
         assert_eq!(
-            (got.max_in_flight, got.max_inbound, got.max_message_bytes),
-            (want.max_in_flight, want.max_inbound, want.max_message_bytes)
+            (
+                got.max_in_flight,
+                got.max_inbound,
+                got.max_message_bytes,
+                got.coalesce
+            ),
+            (
+                want.max_in_flight,
+                want.max_inbound,
+                want.max_message_bytes,
+                want.coalesce
+            )
         );
         assert_eq!(
             (got.segment_bytes, got.seal_target_bytes, got.seal_every),

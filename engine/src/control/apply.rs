@@ -46,7 +46,7 @@ impl ControlThread {
                 let index = self.shared.registry.load().streams.len();
                 let writers = self.shared.writers.len();
                 let shell = shell_stream(&cfg, index, &self.data_dir, writers)?;
-                self.hubs(index, 0, cfg.max_backlog)?;
+                self.hubs(index, 0, cfg.max_backlog, cfg.coalesce)?;
                 self.shared.registry.install(shell);
                 Ok(())
             }
@@ -127,7 +127,13 @@ impl ControlThread {
     }
 
     /// Gives every shard a fresh hub for stream `index` at `head`, and waits until each has it.
-    fn hubs(&self, index: usize, head: u64, max_backlog: u64) -> Result<(), String> {
+    fn hubs(
+        &self,
+        index: usize,
+        head: u64,
+        max_backlog: u64,
+        coalesce: std::time::Duration,
+    ) -> Result<(), String> {
         let mut waits = Vec::with_capacity(self.shared.shard_inboxes.len());
         for inbox in &self.shared.shard_inboxes {
             let (done, rx) = flume::bounded(1);
@@ -136,6 +142,7 @@ impl ControlThread {
                     stream: index,
                     head,
                     retain: hub_retain(max_backlog),
+                    coalesce,
                     done,
                 })
                 .map_err(|_| "a shard has stopped".to_string())?;
@@ -186,7 +193,7 @@ impl ControlThread {
             .map_err(|_| "the stream's writer has stopped".to_string())?;
         rx.recv_timeout(TAKE_TIMEOUT)
             .map_err(|_| "the writer did not take the stream's log in 30 s".to_string())?;
-        self.hubs(index, opened.head, cfg.max_backlog)?;
+        self.hubs(index, opened.head, cfg.max_backlog, cfg.coalesce)?;
         self.shared.registry.install(stream.clone());
         if let Some((index_db, reader, publish)) = opened.tier {
             let job = TierJob::new(stream.clone(), index_db, reader, writer, publish);

@@ -5,11 +5,15 @@
 //! (`FrameBatch`'s WebSocket frames, or its lazily built SSE events); the cursor arithmetic, the
 //! `where=` filtering and the write bounds are the same and live here. Runs on the session's shard.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::task::Poll;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use corecast_net::rt::{self, FrameVec, WriteHalf};
+use corecast_net::rt::{FrameVec, WriteHalf};
+
+use super::tick::Tick;
 
 use crate::fanout::batch::{FrameBatch, SseBatch};
 use crate::filter::Filter;
@@ -137,26 +141,47 @@ fn gather_from(
 
 /// Writes everything `fv` holds and counts `messages` rows (and the bytes) as sent on `stream`.
 /// `None` when the socket failed, or did not take one write (≤ 4 MiB) within
-/// [`write_timeout`]: the session then
-/// ends without a close frame.
+/// [`write_timeout`]: the session then ends without a close frame.
+///
+/// A write the socket takes at once (`WriteHalf::write_frames` tries a non-blocking send
+/// first) costs no clock read and no timer. One that has to wait gets a deadline, a plain
+/// `Instant` checked when the session's [`Tick`] fires (the tick is brought forward to it only
+/// when it would fire later): no timer is created per write. The
+/// tick may fire for the session's own clock meanwhile; the write then re-arms it for its
+/// deadline and goes on, and [`Tick::take_fired`] tells the session to look at its clock.
 pub async fn write(
     stream: &Stream,
     wr: &mut WriteHalf,
     fv: &mut FrameVec,
     messages: u64,
     dropped: Option<&AtomicU64>,
+    tick: &mut Tick,
 ) -> Option<()> {
     let bytes = fv.len() as u64;
-    let write = wr.write_frames(std::mem::take(fv));
-    // boxed: the timed write is the largest state of a session's future (~1.5 KiB), and an
-    // idle subscriber would carry it for as long as it waits; one allocation per write is
-    // nothing next to the writev
-    let Some((res, back)) = Box::pin(rt::timeout(write_timeout(), write)).await else {
-        // counted once, under its transport (`None`: the caller already counted this reader)
-        if let Some(d) = dropped {
-            d.fetch_add(1, Ordering::Relaxed);
+    let mut write = std::pin::pin!(wr.write_frames(std::mem::take(fv)));
+    // a socket with room takes the whole write in its first poll: then no clock is read and
+    // the tick is not touched
+    let first = std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await;
+    let (res, back) = match first {
+        Poll::Ready(out) => out,
+        Poll::Pending => {
+            let limit = Instant::now() + write_timeout();
+            tick.by(limit);
+            loop {
+                if let Some(out) = tick.until(write.as_mut()).await {
+                    break out;
+                }
+                if Instant::now() >= limit {
+                    // counted once, under its transport (`None`: the caller already counted
+                    // this reader); dropping the write cancels it
+                    if let Some(d) = dropped {
+                        d.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return None;
+                }
+                tick.by(limit);
+            }
         }
-        return None;
     };
     *fv = back;
     res.ok()?;

@@ -10,7 +10,7 @@
 //! in the middle of a frame, would hold its socket and its buffers for good.
 //!
 //! The reader task calls [`Keepalive::heard`]; the session's writer asks [`Keepalive::check`]
-//! at each wake-up and sleeps at most until the instant it returns.
+//! when its one timer fires (`session/tick.rs`) and has it fire again by the instant it returns.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};

@@ -41,6 +41,7 @@ use corecast_net::sse;
 
 use super::deliver::{gather, write, Rendering};
 use super::route::{parse_py_int, unknown_params_listed};
+use super::tick::Tick;
 use super::ws_io::LINGER;
 use crate::config::HttpApiConfig;
 use crate::fanout::signal::Signal;
@@ -462,6 +463,9 @@ pub async fn serve(
     if res.is_err() {
         return;
     }
+    // the session's one timer: its ping and deadline, and the stall deadline of the write in
+    // flight (tick.rs)
+    let mut tick = Tick::new();
     if let Some(s) = snapshot {
         let mut fv = FrameVec::new();
         let mut chunks = s.chunks.into_iter().peekable();
@@ -477,6 +481,7 @@ pub async fn serve(
                     &mut fv,
                     messages,
                     Some(&st.stats.sse_dropped_slow),
+                    &mut tick,
                 )
                 .await
                 .is_none()
@@ -503,6 +508,7 @@ pub async fn serve(
         filter.as_ref(),
         &lag,
         guard.as_ref(),
+        &mut tick,
     )
     .await;
     st.stats.sse_subscribers.fetch_sub(1, Ordering::Relaxed);
@@ -579,6 +585,7 @@ async fn run(
     filter: Option<&Filter>,
     lag: &AtomicU64,
     guard: Option<&crate::auth::live::Guard>,
+    tick: &mut Tick,
 ) -> Option<&'static str> {
     let deadline = Instant::now() + set.max_age;
     // the principal's deadline, when sooner, ends the stream with `expired` instead of `max_age`
@@ -649,8 +656,15 @@ async fn run(
                             events += e;
                             from = n;
                             if from < batch.end() {
-                                write(st, wr, &mut fv, events, Some(&st.stats.sse_dropped_slow))
-                                    .await?;
+                                write(
+                                    st,
+                                    wr,
+                                    &mut fv,
+                                    events,
+                                    Some(&st.stats.sse_dropped_slow),
+                                    tick,
+                                )
+                                .await?;
                                 events = 0;
                             }
                         }
@@ -673,7 +687,15 @@ async fn run(
             }
         }
         if !fv.is_empty() {
-            write(st, wr, &mut fv, events, Some(&st.stats.sse_dropped_slow)).await?;
+            write(
+                st,
+                wr,
+                &mut fv,
+                events,
+                Some(&st.stats.sse_dropped_slow),
+                tick,
+            )
+            .await?;
             lag.store(next, Ordering::Relaxed);
             last_write = Instant::now();
             // shutdown: a reader still catching up gets READER_GRACE, then its goodbye
@@ -699,13 +721,16 @@ async fn run(
             let mut p = Vec::with_capacity(8);
             sse::push_comment("ping", &mut p);
             fv.push(bytes::Bytes::from(p));
-            write(st, wr, &mut fv, 0, Some(&st.stats.sse_dropped_slow)).await?;
+            write(st, wr, &mut fv, 0, Some(&st.stats.sse_dropped_slow), tick).await?;
             last_write = Instant::now();
             gap = ping_gap(set);
             continue;
         }
-        let wait = ping_at.min(deadline).saturating_duration_since(now);
+        // the tick fires by the ping or the deadline, whichever is first; one that fired for an
+        // earlier ping instant (a write moved it on since) is re-armed on the next turn
+        tick.by(ping_at.min(deadline));
         fv.trim();
-        let _ = rt::timeout(wait, signal.wait()).await;
+        let _ = tick.until(signal.wait()).await;
+        tick.take_fired();
     }
 }

@@ -11,8 +11,6 @@
 //! the connection: one writer task and one reader task (pings, the peer's close).
 
 use std::cell::Cell;
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,9 +24,10 @@ use corecast_net::ws::frame::{encode_close, encode_ping};
 use super::deliver::{gather, write, Rendering};
 use super::keepalive::{self, Due, Keepalive};
 use super::pong::OwedPong;
+use super::tick::Tick;
 use super::ws_io::{WsIn, WsReader, LINGER};
 use crate::auth::live::Guard;
-use crate::fanout::signal::Signal;
+use crate::fanout::signal::{FeedTarget, Signal};
 use crate::filter::Filter;
 use crate::registry::Stream;
 use crate::replay::ReplayJob;
@@ -110,6 +109,16 @@ pub async fn run(
     state.ended.raise();
 }
 
+/// Ends the session's direct feed when `serve` returns (or is dropped): the hub must not write
+/// to a socket about to go.
+struct FeedOff<'a>(&'a Signal);
+
+impl Drop for FeedOff<'_> {
+    fn drop(&mut self) {
+        self.0.disable_feed();
+    }
+}
+
 async fn read_loop(mut ws: WsReader, state: Rc<SubState>, signal: Weak<Signal>) {
     let raise = || {
         if let Some(s) = signal.upgrade() {
@@ -154,7 +163,7 @@ async fn read_loop(mut ws: WsReader, state: Rc<SubState>, signal: Weak<Signal>) 
 #[allow(clippy::too_many_arguments)]
 async fn serve(
     ctx: &ShardCtx,
-    stream: &Stream,
+    stream: &Arc<Stream>,
     wr: &mut WriteHalf,
     state: &SubState,
     signal: &Signal,
@@ -162,6 +171,9 @@ async fn serve(
     filter: Option<&Filter>,
 ) -> Option<(u16, String)> {
     let mut next = start.next;
+    // the session's one timer: the keepalive's next instant and the stall deadline of the
+    // write in flight (tick.rs) — not a timer (nor a clock read) per wake-up on the fan-out path
+    let mut tick = Tick::new();
     // the keyed state first (`?state`): whole frames, ≤ 4 MiB per write, every offset below
     // `next`; the log then continues from `next`
     let snapshot = std::mem::take(&mut start.snapshot);
@@ -183,6 +195,7 @@ async fn serve(
                     &mut fv,
                     messages,
                     Some(&stream.stats.dropped_slow),
+                    &mut tick,
                 )
                 .await?;
             }
@@ -190,12 +203,24 @@ async fn serve(
     }
     // this subscriber's cursor on the stream's lag board (/metrics: corecast_subscriber_lag_rows)
     let lag = stream.stats.lag.register(next);
+    // the hub's direct feed (fanout/signal.rs): an unfiltered plaintext subscriber that is
+    // caught up gets each batch written by the hub itself, without a wake-up; removed (by the
+    // guard's drop) before this returns, so before the socket goes
+    let _feed = FeedOff(signal);
+    if let (None, Some(sink)) = (filter, wr.raw_sink()) {
+        signal.enable_feed(FeedTarget {
+            sink,
+            lag: lag.clone(),
+            stream: stream.clone(),
+            max_backlog: stream.cfg.max_backlog,
+            live: state.guard.as_ref().map(|g| g.live.clone()),
+            deadline: state.guard.as_ref().and_then(|g| g.deadline),
+        });
+    }
     let mut fv = FrameVec::new();
     let max_backlog = stream.cfg.max_backlog;
-    // keepalive: one timer, armed for the next instant something may be due and re-armed only
-    // when it fires — not a timer (nor a clock read) per wake-up on the fan-out path
-    let mut keepalive_check = state.keepalive.is_on();
-    let mut keepalive_tick: Option<Pin<Box<dyn Future<Output = ()>>>> = None;
+    let keepalive_on = state.keepalive.is_on();
+    let mut keepalive_check = keepalive_on;
     loop {
         if state.gone.get() {
             return None;
@@ -255,7 +280,7 @@ async fn serve(
                     }
                 }
                 if !fv.is_empty() {
-                    write(stream, wr, &mut fv, frames, None).await?;
+                    write(stream, wr, &mut fv, frames, None, &mut tick).await?;
                 }
             }
             return Some((
@@ -268,7 +293,11 @@ async fn serve(
         }
         let mut frames = 0u64;
         let owed_from = next;
-        // keepalive: a ping when the peer has been silent, the close when it stayed silent
+        // keepalive: a ping when the peer has been silent, the close when it stayed silent;
+        // looked at when the tick fired (for it, or for a write's deadline)
+        if tick.take_fired() && keepalive_on {
+            keepalive_check = true;
+        }
         if keepalive_check {
             keepalive_check = false;
             let now = Instant::now();
@@ -282,7 +311,7 @@ async fn serve(
                 }
                 Due::Wait(by) => by,
             };
-            keepalive_tick = Some(Box::pin(rt::sleep(by.saturating_duration_since(now))));
+            tick.by(by);
         }
         // the owed pong first
         if state.pong.is_owed() {
@@ -317,6 +346,7 @@ async fn serve(
                                     &mut fv,
                                     frames,
                                     Some(&stream.stats.dropped_slow),
+                                    &mut tick,
                                 )
                                 .await?;
                             }
@@ -345,6 +375,7 @@ async fn serve(
                                     &mut fv,
                                     frames,
                                     Some(&stream.stats.dropped_slow),
+                                    &mut tick,
                                 )
                                 .await?;
                                 frames = 0;
@@ -374,6 +405,7 @@ async fn serve(
                 &mut fv,
                 frames,
                 Some(&stream.stats.dropped_slow),
+                &mut tick,
             )
             .await?;
             lag.store(next, Ordering::Relaxed);
@@ -394,13 +426,68 @@ async fn serve(
             return Some((1001, "server shutting down".into()));
         }
         fv.trim();
-        match keepalive_tick.as_mut() {
-            Some(tick) => {
-                if rt::until(signal.wait(), tick.as_mut()).await.is_none() {
-                    keepalive_check = true;
+        // a firing tick is looked at on the next turn (take_fired above); parked, the hub may
+        // write batches from `next` on itself meanwhile
+        signal.park(next);
+        let _ = tick.until(signal.wait()).await;
+        if let Some((fed_to, written)) = signal.unpark() {
+            next = fed_to;
+            if written > 0 {
+                // the hub's send of the batches from `next` was cut short: the rest of the
+                // batch it stopped in goes first, before any control frame
+                let mut left = written;
+                let mut whole = 0u64;
+                let cut = {
+                    let hub_rc = ctx.hub(stream.index);
+                    let hub = hub_rc.borrow();
+                    let mut cut = None;
+                    for b in hub.batches_from(next) {
+                        if b.first != next {
+                            break;
+                        }
+                        if left >= b.frames.len() {
+                            // written whole by the hub (not counted there)
+                            left -= b.frames.len();
+                            whole += b.len() as u64;
+                            next = b.end();
+                            if left == 0 {
+                                break;
+                            }
+                            continue;
+                        }
+                        cut = Some((b.frames.clone(), b.len() as u64));
+                        next = b.end();
+                        break;
+                    }
+                    cut
+                };
+                stream.stats.frames_out.fetch_add(whole, Ordering::Relaxed);
+                stream
+                    .stats
+                    .bytes_out
+                    .fetch_add((written - left) as u64, Ordering::Relaxed);
+                if left > 0 {
+                    // gone from the ring, the batch cannot be completed: drop the connection
+                    // (a close frame now would land inside a frame)
+                    let (bytes, frames) = cut?;
+                    fv.push(bytes);
+                    fv.advance(left);
+                    stream
+                        .stats
+                        .bytes_out
+                        .fetch_add(left as u64, Ordering::Relaxed);
+                    write(
+                        stream,
+                        wr,
+                        &mut fv,
+                        frames,
+                        Some(&stream.stats.dropped_slow),
+                        &mut tick,
+                    )
+                    .await?;
                 }
             }
-            None => signal.wait().await,
+            lag.store(next, Ordering::Relaxed);
         }
     }
 }

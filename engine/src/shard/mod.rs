@@ -59,6 +59,8 @@ pub enum ShardMsg {
         head: u64,
         /// The hub's retention in frames.
         retain: usize,
+        /// The stream's `coalesce_us` (zero: subscribers woken at every batch).
+        coalesce: Duration,
         /// Answered once the hub is in place.
         done: flume::Sender<()>,
     },
@@ -315,7 +317,13 @@ pub fn run(setup: ShardSetup) {
             .streams
             .iter()
             .zip(heads)
-            .map(|(s, h)| Rc::new(RefCell::new(Hub::new(h, hub_retain(s.cfg.max_backlog)))))
+            .map(|(s, h)| {
+                Rc::new(RefCell::new(Hub::new(
+                    h,
+                    hub_retain(s.cfg.max_backlog),
+                    s.cfg.coalesce,
+                )))
+            })
             .collect();
         drop(registry);
         let ctx = Rc::new(ShardCtx {
@@ -387,15 +395,25 @@ async fn inbox_loop(ctx: &Rc<ShardCtx>, inbox: flume::Receiver<ShardMsg>) {
         };
         match msg {
             Some(Ok(ShardMsg::Batch { stream, batch })) => {
-                ctx.hub(stream).borrow_mut().push(batch);
+                let hub = ctx.hub(stream);
+                let window = hub.borrow_mut().push(batch);
+                if let Some(d) = window {
+                    // a coalescing stream: one timer per window on this shard wakes its
+                    // subscribers for every batch that landed meanwhile
+                    rt::spawn(async move {
+                        rt::sleep(d).await;
+                        hub.borrow_mut().flush();
+                    });
+                }
             }
             Some(Ok(ShardMsg::Hub {
                 stream,
                 head,
                 retain,
+                coalesce,
                 done,
             })) => {
-                let hub = Rc::new(RefCell::new(Hub::new(head, retain)));
+                let hub = Rc::new(RefCell::new(Hub::new(head, retain, coalesce)));
                 let mut hubs = ctx.hubs.borrow_mut();
                 assert!(stream <= hubs.len(), "stream indexes are dense");
                 if stream == hubs.len() {

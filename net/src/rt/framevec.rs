@@ -75,7 +75,7 @@ impl FrameVec {
 
     /// Marks the first `n` bytes written: fully written slices are released, a partly written
     /// one is trimmed.
-    pub(crate) fn advance(&mut self, mut n: usize) {
+    pub fn advance(&mut self, mut n: usize) {
         self.total -= n.min(self.total);
         let mut done = 0;
         for part in self.parts.iter_mut() {

@@ -4,7 +4,7 @@
 //! workspace sees only what is re-exported or wrapped here — a runtime builder that reports which
 //! driver it got, TCP listeners and streams split into read and write halves (a read half can
 //! watch for the peer going while another future runs: [`ReadHalf::watch_while`]), `spawn`,
-//! `sleep` and `timeout`, and [`FrameVec`], the vectored-write buffer that lets many sockets share the same
+//! `sleep`, `timeout` and a re-armable [`Timer`], and [`FrameVec`], the vectored-write buffer that lets many sockets share the same
 //! frame bytes. Swapping the runtime (compio, say) means rewriting this module only.
 //!
 //! A connection is plaintext or TLS ([`Conn::tls_accept`], [`Conn::connect_tls`]; rustls,
@@ -28,6 +28,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 pub use framevec::FrameVec;
+
 pub use tls::WRITE_CHUNK_BYTES as TLS_WRITE_CHUNK_BYTES;
 
 use monoio::buf::IoBufMut;
@@ -135,6 +136,42 @@ pub async fn sleep(d: Duration) {
 /// any I/O it had in flight).
 pub async fn timeout<F: Future>(d: Duration, fut: F) -> Option<F::Output> {
     monoio::time::timeout(d, fut).await.ok()
+}
+
+/// A one-shot timer that is armed once and moved, not created and dropped per use: a session
+/// keeps one for its keepalive and its write-stall deadline ([`Timer::reset`] re-arms it in
+/// place; creating and dropping a timer per write cost ~5 % of a shard's CPU at one frame per
+/// write).
+pub struct Timer {
+    sleep: std::pin::Pin<Box<monoio::time::Sleep>>,
+}
+
+impl Timer {
+    /// A timer that fires at `deadline` (at once when it has passed).
+    pub fn at(deadline: std::time::Instant) -> Timer {
+        Timer {
+            sleep: Box::pin(monoio::time::sleep_until(monoio::time::Instant::from_std(
+                deadline,
+            ))),
+        }
+    }
+
+    /// The instant it fires at.
+    pub fn deadline(&self) -> std::time::Instant {
+        self.sleep.deadline().into_std()
+    }
+
+    /// Re-arms it for `deadline`, whether or not it fired.
+    pub fn reset(&mut self, deadline: std::time::Instant) {
+        self.sleep
+            .as_mut()
+            .reset(monoio::time::Instant::from_std(deadline));
+    }
+
+    /// Waits until the deadline has passed (at once, and again at each call, once it has).
+    pub fn wait(&mut self) -> impl Future<Output = ()> + '_ {
+        self.sleep.as_mut()
+    }
 }
 
 /// Runs `fut` unless `stop` finishes first: `Some(output)`, or `None` when `stop` won (then
@@ -400,6 +437,75 @@ impl ReadHalf {
     }
 }
 
+/// One non-blocking `sendmsg` of the prepared iovecs of `frames` on `w`'s socket: the bytes the
+/// kernel took, or `None` when it would block (its send buffer is full). `MSG_NOSIGNAL`: a peer
+/// gone is an `EPIPE` error here, never a signal.
+fn send_now(
+    w: &monoio::io::OwnedWriteHalf<monoio::net::TcpStream>,
+    frames: &FrameVec,
+) -> io::Result<Option<usize>> {
+    use monoio::buf::IoVecBuf;
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: the write half shares the stream with the read half on this thread only; this
+    // reads its descriptor, nothing else, and no `&mut` to the stream is alive meanwhile
+    let fd = unsafe { &*w.0.get() }.as_raw_fd();
+    // SAFETY: a zeroed msghdr is valid (no name, no control data); the iovecs point into
+    // `frames`, borrowed for the call, and `sendmsg` only reads them
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = frames.read_iovec_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = frames.read_iovec_len() as _;
+    loop {
+        // SAFETY: `fd` is open for as long as `w` is; `msg` is valid (above)
+        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return Ok(Some(n as usize));
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => return Ok(None),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(e),
+        }
+    }
+}
+
+/// A plaintext connection's socket as a non-blocking byte sink that the shard can write to
+/// without a task: the fan-out hands a batch to a parked subscriber's socket itself
+/// ([`WriteHalf::raw_sink`]). It is only a descriptor number: whoever holds one must stop using
+/// it before the [`WriteHalf`] it came from is dropped (the descriptor may be reused after).
+#[derive(Debug, Clone, Copy)]
+pub struct RawSink {
+    fd: std::os::unix::io::RawFd,
+}
+
+impl RawSink {
+    /// One non-blocking `sendmsg` of `bufs` (≤ [`FrameVec::MAX_IOV`] of them), in order: the
+    /// bytes the kernel took (possibly fewer than all), or `None` when it would block.
+    /// `MSG_NOSIGNAL`: a peer gone is an error.
+    pub fn try_send(&self, bufs: &[std::io::IoSlice<'_>]) -> io::Result<Option<usize>> {
+        // SAFETY: a zeroed msghdr is valid (no name, no control data); `IoSlice` is
+        // ABI-compatible with `iovec` on Unix, and `bufs` is borrowed for the call
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = bufs.len().min(FrameVec::MAX_IOV) as _;
+        loop {
+            // SAFETY: `msg` is valid (above) and only read; a stale descriptor makes the call
+            // fail (or, reused, write elsewhere), never touch this process's memory
+            let n =
+                unsafe { libc::sendmsg(self.fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+            if n >= 0 {
+                return Ok(Some(n as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => return Ok(None),
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+        }
+    }
+}
+
 /// The writing half of a [`Conn`].
 pub struct WriteHalf {
     inner: WriteKind,
@@ -411,6 +517,19 @@ enum WriteKind {
 }
 
 impl WriteHalf {
+    /// The socket as a [`RawSink`]; `None` over TLS (its bytes must go through the session).
+    pub fn raw_sink(&self) -> Option<RawSink> {
+        use std::os::unix::io::AsRawFd;
+        match &self.inner {
+            // SAFETY: reads the descriptor of the stream this thread shares; no `&mut` to it
+            // is alive meanwhile
+            WriteKind::Plain(w) => Some(RawSink {
+                fd: unsafe { &*w.0.get() }.as_raw_fd(),
+            }),
+            WriteKind::Tls(_) => None,
+        }
+    }
+
     /// Writes all of `buf`; returns it for reuse.
     pub async fn write_all(&mut self, buf: Vec<u8>) -> (io::Result<()>, Vec<u8>) {
         match &mut self.inner {
@@ -423,7 +542,13 @@ impl WriteHalf {
     }
 
     /// Writes every byte `frames` covers with as few vectored writes as the socket allows
-    /// (one, unless the kernel takes a part); returns the emptied [`FrameVec`] for reuse. Over
+    /// (one, unless the kernel takes a part); returns the emptied [`FrameVec`] for reuse.
+    ///
+    /// On a plaintext socket each write is first tried as a non-blocking `sendmsg` made at once
+    /// (`MSG_DONTWAIT`): when the socket has room — nearly always, for a subscriber keeping up —
+    /// the future is ready on its first poll, without an io_uring submission, a completion, or
+    /// a wake-up of the task to collect it. Only what the kernel would not take goes through the
+    /// runtime's `writev`, which waits for room. Over
     /// TLS the parts are encrypted into the connection's buffer and written
     /// [`TLS_WRITE_CHUNK_BYTES`] of plaintext at a time.
     pub async fn write_frames(&mut self, mut frames: FrameVec) -> (io::Result<()>, FrameVec) {
@@ -433,6 +558,18 @@ impl WriteHalf {
         };
         while !frames.is_empty() {
             frames.prepare();
+            // the socket usually has room: hand the bytes to the kernel now, in this poll —
+            // no submission, no completion to wait for, no second poll of the task
+            match send_now(inner, &frames) {
+                Ok(Some(0)) => return (Err(io::ErrorKind::WriteZero.into()), frames),
+                Ok(Some(n)) => {
+                    frames.advance(n);
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => return (Err(e), frames),
+            }
+            // it would block: the runtime's write waits for room (and is what a stall times)
             let (res, back) = inner.writev(frames).await;
             frames = back;
             match res {
