@@ -3,6 +3,7 @@
 //! WebSocket frames (target ≥ 2M entities/s).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use std::collections::BTreeMap;
 use std::hint::black_box;
 
 use corecast_bench::shared_dir;
@@ -21,10 +22,17 @@ fn fold(c: &mut Criterion) {
         .lines()
         .map(str::to_owned)
         .collect();
-    let spec = KeySpec {
-        columns: vec!["order_id".into()],
-        remove_when: Some(Filter::parse(r#"{"action":["C","F"]}"#, Some(&any)).unwrap()),
-    };
+    let spec = KeySpec::new(
+        vec!["order_id".into()],
+        Some(Filter::parse(r#"{"action":["C","F"]}"#, Some(&any)).unwrap()),
+    );
+    {
+        let mut m = StateMap::new(1, 1_000_000);
+        for (i, r) in rows.iter().enumerate() {
+            m.apply(&spec, 1 + i as u64, 0, r.as_bytes());
+        }
+        assert_eq!(m.len(), fold_by_lookups(&spec, &rows), "the two folds agree");
+    }
     let mut g = c.benchmark_group("state");
     g.throughput(Throughput::Elements(rows.len() as u64));
     g.bench_function("fold es-mbo by order_id (68,792 rows, per batch)", |b| {
@@ -36,27 +44,65 @@ fn fold(c: &mut Criterion) {
             black_box(m.len())
         })
     });
+    // the fold as it was before the one-pass scan (the before of docs/PERFORMANCE.md, in
+    // the same run): a lookup per key column and one for `remove_when`, a copy of the key
+    // and of the row per row, the removals in two ordered maps
+    g.bench_function("fold es-mbo by order_id, per-column lookups (before)", |b| {
+        b.iter(|| black_box(fold_by_lookups(&spec, &rows)))
+    });
     let keys: usize = 1_000_000;
-    let spec = KeySpec {
-        columns: vec!["k".into()],
-        remove_when: None,
-    };
-    let mut m = StateMap::new(1, keys);
-    for i in 0..keys {
-        let row = format!(
-            r#"{{"k":{i},"symbol":"S{}","price":{}.25,"size":{}}}"#,
-            i % 5000,
-            10_000 + i % 977,
-            i % 31
-        );
-        m.apply(&spec, 1 + i as u64, 1_700_000_000_000_000, row.as_bytes());
-    }
     g.throughput(Throughput::Elements(keys as u64));
     g.sample_size(10);
     g.bench_function("snapshot of 1,000,000 keys, WebSocket frames", |b| {
+        // built here, so that running the fold alone does not build it
+        let spec = KeySpec::new(vec!["k".into()], None);
+        let mut m = StateMap::new(1, keys);
+        for i in 0..keys {
+            let row = format!(
+                r#"{{"k":{i},"symbol":"S{}","price":{}.25,"size":{}}}"#,
+                i % 5000,
+                10_000 + i % 977,
+                i % 31
+            );
+            m.apply(&spec, 1 + i as u64, 1_700_000_000_000_000, row.as_bytes());
+        }
         b.iter(|| black_box(render_snapshot(&m, None, Rendering::WebSocket).chunks.len()))
     });
     g.finish();
+}
+
+/// The earlier fold, entity for entity what `StateMap::apply` computes (checked against it).
+fn fold_by_lookups(spec: &KeySpec, rows: &[String]) -> usize {
+    type Key = Box<[u8]>;
+    let mut entries: BTreeMap<Key, (u64, i64, Box<[u8]>)> = BTreeMap::new();
+    let mut tombstones: BTreeMap<Key, u64> = BTreeMap::new();
+    let mut by_offset: BTreeMap<u64, Key> = BTreeMap::new();
+    for (i, r) in rows.iter().enumerate() {
+        let offset = 1 + i as u64;
+        let row = r.as_bytes();
+        let Ok(key) = spec.key_of(row) else { continue };
+        let key: Key = key.as_bytes().into();
+        if spec.removes(row) {
+            if entries.remove(&key).is_some() {
+                if let Some(at) = tombstones.insert(key.clone(), offset) {
+                    by_offset.remove(&at);
+                }
+                by_offset.insert(offset, key);
+            }
+            continue;
+        }
+        let entry = (offset, 0, row.into());
+        match entries.get_mut(&key) {
+            Some(e) => *e = entry,
+            None => {
+                if let Some(at) = tombstones.remove(&key) {
+                    by_offset.remove(&at);
+                }
+                entries.insert(key, entry);
+            }
+        }
+    }
+    entries.len()
 }
 
 criterion_group!(benches, fold);

@@ -246,10 +246,10 @@ mod tests {
     fn round_trip_and_refusals() {
         let dir = tempfile::tempdir().unwrap();
         let any = |_: &str| crate::filter::ColumnLookup::Scalar;
-        let spec = KeySpec {
-            columns: vec!["k".into()],
-            remove_when: Some(crate::filter::Filter::parse(r#"{"v":"gone"}"#, Some(&any)).unwrap()),
-        };
+        let spec = KeySpec::new(
+            vec!["k".into()],
+            Some(crate::filter::Filter::parse(r#"{"v":"gone"}"#, Some(&any)).unwrap()),
+        );
         let mut m = StateMap::new(1, 10);
         m.apply(&spec, 1, 5, br#"{"k":1,"v":"a"}"#);
         m.apply(&spec, 2, 6, br#"{"k":2,"v":"b"}"#);

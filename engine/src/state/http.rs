@@ -214,7 +214,7 @@ pub async fn window(st: &Stream, ask: WindowAsk<'_>, caller: &str) -> Result<Vec
         }
     };
     let w = k
-        .window(filter, after.clone().map(Vec::into_boxed_slice), limit)
+        .window(filter, after.clone().map(super::fold::Key::from), limit)
         .await
         .map_err(unavailable)?;
     // every window of one read hands on the first window's position: the changes since it

@@ -383,10 +383,7 @@ pub fn spec_for(cfg: &StreamConfig, schema: Option<&Schema>) -> Result<KeySpec, 
                 })?)
             }
         };
-    Ok(KeySpec {
-        columns: cfg.key.clone(),
-        remove_when,
-    })
+    Ok(KeySpec::new(cfg.key.clone(), remove_when))
 }
 
 /// The entities of `map` whose latest row passes `filter`, in version order, rendered as
