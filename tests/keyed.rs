@@ -827,3 +827,77 @@ fn a_token_past_the_remembered_removals_has_expired() {
         .collect();
     assert_eq!(whys, ["removed", "removed"], "C and D came and went");
 }
+
+/// `state_snapshot_budget_bytes`: readers that do not read hold their rendered snapshots; once
+/// those held bytes reach the budget a further `?state` join is refused `state_busy` (WebSocket
+/// 1013, SSE 503 with `Retry-After`) instead of rendering another copy, and counted; when those
+/// readers go, their bytes are given back and a join is served again.
+#[test]
+fn state_joins_over_the_snapshot_budget_are_refused_until_the_held_snapshots_go() {
+    let setup = Setup::new();
+    std::fs::write(setup.tmp.path().join("trades.schema.json"), TRADE_SCHEMA).unwrap();
+    let config = setup.config(
+        "[[stream]]\nname = \"big\"\nschema = \"trades.schema.json\"\nkey = [\"trade_id\"]\n\
+         state_snapshot_budget_bytes = 1048576\n",
+    );
+    let server = Server::start(Some(&config), &setup.data(), &[]);
+    // 3,000 entities of 8 KiB: a 24 MiB snapshot, far more than loopback socket buffers take
+    let note = "n".repeat(8192);
+    let rows: Vec<String> = (0..3000)
+        .map(|i| {
+            format!(
+                r#"{{"symbol":"S{}","trade_id":{i},"price":1.5,"quantity":2.0,"side":"buy","note":"{note}","ratio":0.5}}"#,
+                i % 7
+            )
+        })
+        .collect();
+    let mut ws = ws_connect(&server.url("big?publish"));
+    let _greeting = recv_text(&mut ws);
+    for chunk in rows.chunks(50) {
+        publish_on(&mut ws, chunk);
+    }
+    let _ = ws.close(None);
+    wait_for("the state to hold every row", Duration::from_secs(30), || {
+        metric(&server, "corecast_state_keys", "big") == Some(3000)
+    });
+    // a reader that takes the greeting and then reads nothing
+    let (g1, _stalled1) = state_sub(&server, "big", "");
+    assert_eq!(g1["end_offset"].as_u64(), Some(3001), "{g1:?}");
+    wait_for("the first snapshot to be held", Duration::from_secs(10), || {
+        metric(&server, "corecast_state_snapshot_bytes_held", "big").unwrap_or(0) > 1 << 20
+    });
+    let held = metric(&server, "corecast_state_snapshot_bytes_held", "big").unwrap();
+    assert!(held <= 24 << 20, "at most one snapshot: {held}");
+    // over the budget: refused, retryable, nothing more held
+    let mut refused = ws_connect(&server.url("big?state"));
+    let (code, reason) = recv_close(&mut refused);
+    assert_eq!(code, 1013, "{reason}");
+    assert_eq!(reason, r#"{"error":"state_busy"}"#);
+    let sse = http_get(server.addr, "/big/events?state");
+    assert_eq!(sse.status, 503);
+    assert!(sse.text().contains("state_busy"), "{}", sse.text());
+    assert!(
+        sse.text().contains("state_snapshot_budget_bytes"),
+        "the refusal names the limit: {}",
+        sse.text()
+    );
+    assert!(sse.header("retry-after").is_some(), "retryable");
+    assert_eq!(
+        metric(&server, "corecast_state_snapshots_refused_budget_total", "big"),
+        Some(2)
+    );
+    assert!(metric(&server, "corecast_state_snapshot_bytes_held", "big").unwrap() <= held);
+    // the stalled reader goes: its bytes come back, and a join is served whole
+    drop(_stalled1);
+    wait_for("the held bytes to be given back", Duration::from_secs(20), || {
+        metric(&server, "corecast_state_snapshot_bytes_held", "big") == Some(0)
+    });
+    let (g2, mut reader) = state_sub(&server, "big", "");
+    assert_eq!(g2["end_offset"].as_u64(), Some(3001), "{g2:?}");
+    for i in 0..3000u64 {
+        assert_eq!(offset_of(&recv_text(&mut reader)), i + 1);
+    }
+    wait_for("a snapshot read whole is given back", Duration::from_secs(10), || {
+        metric(&server, "corecast_state_snapshot_bytes_held", "big") == Some(0)
+    });
+}

@@ -423,6 +423,7 @@ pub async fn serve(
                 super::metrics::count_refusal(503);
                 let msg = match why {
                     crate::state::Unavailable::Busy => "the state thread's request queue is full; retry later",
+                    crate::state::Unavailable::OverBudget => crate::state::OVER_BUDGET_MESSAGE,
                     crate::state::Unavailable::Incomplete => "the keyed state is incomplete (a key over max_keys, or history lost; see the server log) and is not served",
                     crate::state::Unavailable::Stopped => "server shutting down",
                 };
@@ -463,6 +464,7 @@ pub async fn serve(
         return;
     }
     if let Some(s) = snapshot {
+        let mut hold = s.hold;
         let mut fv = FrameVec::new();
         let mut chunks = s.chunks.into_iter().peekable();
         while let Some(chunk) = chunks.next() {
@@ -471,6 +473,7 @@ pub async fn serve(
             let room = fv.len() + chunks.peek().map_or(0, |c| c.len());
             if last || room > super::deliver::WRITE_BYTES_MAX {
                 let messages = if last { s.entities } else { 0 };
+                let bytes = fv.len() as u64;
                 if write(
                     &st,
                     &mut wr,
@@ -483,6 +486,8 @@ pub async fn serve(
                 {
                     return;
                 }
+                // written: the reader has these bytes, the budget has them back
+                hold.release(bytes);
             }
         }
     }

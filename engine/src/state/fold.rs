@@ -248,16 +248,25 @@ impl KeySpec {
                     push_str(out, inner);
                 }
                 _ => {
-                    if !raw.iter().all(|&b| b == b'-' || b.is_ascii_digit()) {
+                    let (neg, digits) = match raw.strip_prefix(b"-") {
+                        Some(d) => (true, d),
+                        None => (false, raw),
+                    };
+                    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
                         return no("a non-integer number");
                     }
-                    let text = std::str::from_utf8(raw).ok()?;
-                    let i: i128 = match (text.parse::<i64>(), text.parse::<u64>()) {
-                        (Ok(i), _) => i as i128,
-                        (_, Ok(u)) => u as i128,
-                        // beyond u64 the JSON parser reads a number, not an integer
-                        _ => return no("a non-integer number"),
-                    };
+                    // beyond i64..=u64 the JSON parser reads a number, not an integer
+                    if digits.len() > 20 || (neg && digits.iter().all(|&d| d == b'0')) {
+                        // (`-0` too: the parser reads it as the number 0.0)
+                        return no("a non-integer number");
+                    }
+                    let m = digits
+                        .iter()
+                        .fold(0i128, |m, &d| m * 10 + i128::from(d - b'0'));
+                    let i = if neg { -m } else { m };
+                    if i < i128::from(i64::MIN) || i > i128::from(u64::MAX) {
+                        return no("a non-integer number");
+                    }
                     push_int(out, i);
                 }
             }
@@ -389,6 +398,11 @@ pub struct Entry {
     /// The row's stored bytes (the wire payload's third element). A later row of the same key
     /// is copied into this buffer (no allocation unless it is longer).
     pub row: Vec<u8>,
+    /// The key did not exist at any offset in `absent.0..absent.1` (the entity was created at
+    /// `absent.1`, after a removal at `absent.0`, or with none remembered: `absent.0 == 0`),
+    /// so a change token in `absent.0 + 1..=absent.1` was issued for a copy that cannot hold
+    /// it. `(0, 0)`: not known (an entity read from a checkpoint).
+    pub absent: (u64, u64),
 }
 
 /// What one row did.
@@ -579,9 +593,14 @@ impl StateMap {
             return Applied::Refused;
         }
         self.row_bytes += row.len();
+        // with no removal remembered, none a valid token could miss was forgotten either
+        // (forgetting one raises the changes floor past it): the key was absent since before
+        // any token still answered
+        let mut absent_from = 0;
         if !self.tombstones.is_empty() {
             if let Some(at) = self.tombstones.remove(key) {
                 self.tombstones_by_offset.remove(&at);
+                absent_from = at;
             }
         }
         self.order.insert(key.clone());
@@ -591,6 +610,7 @@ impl StateMap {
                 version: offset,
                 ts_us,
                 row: row.to_vec(),
+                absent: (absent_from, offset),
             },
         );
         debug_assert!(self.entries.len() <= self.max_keys);
@@ -670,11 +690,15 @@ impl StateMap {
             .entries
             .iter()
             .filter(|(_, e)| e.version >= since)
-            .map(|(k, e)| {
+            .filter_map(|(k, e)| {
                 if filter.is_none_or(|f| f.matches(&e.row)) {
-                    Change::Upsert(k, e)
+                    Some(Change::Upsert(k, e))
+                } else if e.absent.0 < since && since <= e.absent.1 {
+                    // created since the token: the reader's copy never held it
+                    None
                 } else {
-                    Change::Left(k, e.version)
+                    // it may be in the copy (its row at the token is not kept): said gone
+                    Some(Change::Left(k, e.version))
                 }
             })
             .collect();
@@ -977,6 +1001,45 @@ mod tests {
         let m2 = StateMap::new(10, 4);
         assert!(m2.changes(None, 9, 10).is_none());
         assert!(m2.changes(None, 11, 10).is_none(), "ahead of the state");
+    }
+
+    #[test]
+    fn departures_leave_out_keys_the_copy_cannot_hold() {
+        let s = spec(&["k"], Some(r#"{"gone":true}"#));
+        let any = |_: &str| ColumnLookup::Scalar;
+        let pending = Filter::parse(r#"{"status":"pending"}"#, Some(&any)).unwrap();
+        let mut m = StateMap::new(1, 100);
+        m.apply(&s, 1, 0, br#"{"k":1,"status":"pending","gone":false}"#);
+        m.apply(&s, 2, 0, br#"{"k":2,"status":"filled","gone":false}"#);
+        m.apply(&s, 3, 0, br#"{"k":3,"status":"pending","gone":false}"#);
+        m.apply(&s, 4, 0, br#"{"k":3,"status":"x","gone":true}"#);
+        let token = m.position();
+        // created after the token and never in the selection: not in the copy, not reported
+        m.apply(&s, 5, 0, br#"{"k":9,"status":"filled","gone":false}"#);
+        // created after the token, then out of the selection: not in the copy either
+        m.apply(&s, 6, 0, br#"{"k":8,"status":"pending","gone":false}"#);
+        m.apply(&s, 7, 0, br#"{"k":8,"status":"filled","gone":false}"#);
+        // removed before the token, back after it out of the selection: not in the copy
+        m.apply(&s, 8, 0, br#"{"k":3,"status":"filled","gone":false}"#);
+        // in the copy, then out of it: reported
+        m.apply(&s, 9, 0, br#"{"k":1,"status":"filled","gone":false}"#);
+        // there at the token but its row then is not kept: reported, as it may be in the copy
+        m.apply(&s, 10, 0, br#"{"k":2,"status":"filled","gone":false}"#);
+        let (changes, _) = m.changes(Some(&pending), token, 10).unwrap();
+        let got: Vec<(&str, u64)> = changes
+            .iter()
+            .map(|c| match c {
+                Change::Upsert(_, e) => ("upsert", e.version),
+                Change::Left(_, v) => ("left", *v),
+                Change::Removed(_, v) => ("removed", *v),
+            })
+            .collect();
+        assert_eq!(got, [("left", 9), ("left", 10)]);
+        // a token from before key 3 was removed: it may hold 3, so 3's departure is reported
+        let (changes, _) = m.changes(Some(&pending), 4, 10).unwrap();
+        assert!(changes
+            .iter()
+            .any(|c| matches!(c, Change::Left(k, 8) if **k == s.key_of(br#"{"k":3}"#).unwrap())));
     }
 
     #[test]
