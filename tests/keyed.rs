@@ -812,6 +812,11 @@ fn a_token_past_the_remembered_removals_has_expired() {
     assert_eq!(r.status, 410, "{}", r.text());
     assert_eq!(r.json()["error"]["code"].as_str(), Some("token_expired"));
     assert!(r.text().contains("read the state again"), "{}", r.text());
+    assert!(
+        r.text().contains("are no longer remembered") && r.text().contains("discard your copy"),
+        "the message says what happened and what to do: {}",
+        r.text()
+    );
     // a token after the forgotten removal still reads on
     let r = http_get(
         server.addr,
