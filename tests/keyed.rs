@@ -862,15 +862,19 @@ fn state_joins_over_the_snapshot_budget_are_refused_until_the_held_snapshots_go(
         publish_on(&mut ws, chunk);
     }
     let _ = ws.close(None);
-    wait_for("the state to hold every row", Duration::from_secs(30), || {
-        metric(&server, "corecast_state_keys", "big") == Some(3000)
-    });
+    wait_for(
+        "the state to hold every row",
+        Duration::from_secs(30),
+        || metric(&server, "corecast_state_keys", "big") == Some(3000),
+    );
     // a reader that takes the greeting and then reads nothing
     let (g1, _stalled1) = state_sub(&server, "big", "");
     assert_eq!(g1["end_offset"].as_u64(), Some(3001), "{g1:?}");
-    wait_for("the first snapshot to be held", Duration::from_secs(10), || {
-        metric(&server, "corecast_state_snapshot_bytes_held", "big").unwrap_or(0) > 1 << 20
-    });
+    wait_for(
+        "the first snapshot to be held",
+        Duration::from_secs(10),
+        || metric(&server, "corecast_state_snapshot_bytes_held", "big").unwrap_or(0) > 1 << 20,
+    );
     let held = metric(&server, "corecast_state_snapshot_bytes_held", "big").unwrap();
     assert!(held <= 24 << 20, "at most one snapshot: {held}");
     // over the budget: refused, retryable, nothing more held
@@ -888,21 +892,29 @@ fn state_joins_over_the_snapshot_budget_are_refused_until_the_held_snapshots_go(
     );
     assert!(sse.header("retry-after").is_some(), "retryable");
     assert_eq!(
-        metric(&server, "corecast_state_snapshots_refused_budget_total", "big"),
+        metric(
+            &server,
+            "corecast_state_snapshots_refused_budget_total",
+            "big"
+        ),
         Some(2)
     );
     assert!(metric(&server, "corecast_state_snapshot_bytes_held", "big").unwrap() <= held);
     // the stalled reader goes: its bytes come back, and a join is served whole
     drop(_stalled1);
-    wait_for("the held bytes to be given back", Duration::from_secs(20), || {
-        metric(&server, "corecast_state_snapshot_bytes_held", "big") == Some(0)
-    });
+    wait_for(
+        "the held bytes to be given back",
+        Duration::from_secs(20),
+        || metric(&server, "corecast_state_snapshot_bytes_held", "big") == Some(0),
+    );
     let (g2, mut reader) = state_sub(&server, "big", "");
     assert_eq!(g2["end_offset"].as_u64(), Some(3001), "{g2:?}");
     for i in 0..3000u64 {
         assert_eq!(offset_of(&recv_text(&mut reader)), i + 1);
     }
-    wait_for("a snapshot read whole is given back", Duration::from_secs(10), || {
-        metric(&server, "corecast_state_snapshot_bytes_held", "big") == Some(0)
-    });
+    wait_for(
+        "a snapshot read whole is given back",
+        Duration::from_secs(10),
+        || metric(&server, "corecast_state_snapshot_bytes_held", "big") == Some(0),
+    );
 }

@@ -8,9 +8,9 @@
 
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use std::time::Duration;
 use std::collections::BTreeMap;
 use std::hint::black_box;
+use std::time::Duration;
 
 use corecast_bench::shared_dir;
 use corecast_engine::filter::{ColumnLookup, Filter};
@@ -71,7 +71,11 @@ fn fold(c: &mut Criterion<ThreadCpu>) {
         for (i, r) in rows.iter().enumerate() {
             m.apply(&spec, 1 + i as u64, 0, r.as_bytes());
         }
-        assert_eq!(m.len(), fold_by_lookups(&spec, &rows), "the two folds agree");
+        assert_eq!(
+            m.len(),
+            fold_by_lookups(&spec, &rows),
+            "the two folds agree"
+        );
     }
     let mut g = c.benchmark_group("state");
     g.throughput(Throughput::Elements(rows.len() as u64));
@@ -87,9 +91,10 @@ fn fold(c: &mut Criterion<ThreadCpu>) {
     // the fold as it was before the one-pass scan (the before of docs/PERFORMANCE.md, in
     // the same run): a lookup per key column and one for `remove_when`, a copy of the key
     // and of the row per row, the removals in two ordered maps
-    g.bench_function("fold es-mbo by order_id, per-column lookups (before)", |b| {
-        b.iter(|| black_box(fold_by_lookups(&spec, &rows)))
-    });
+    g.bench_function(
+        "fold es-mbo by order_id, per-column lookups (before)",
+        |b| b.iter(|| black_box(fold_by_lookups(&spec, &rows))),
+    );
     let keys: usize = 1_000_000;
     g.throughput(Throughput::Elements(keys as u64));
     g.sample_size(10);

@@ -60,7 +60,6 @@ impl Scalar {
             Scalar::Str(s) => Val::Str(s),
         }
     }
-
 }
 
 /// A row's value, borrowed (no allocation to look a string up).
@@ -136,7 +135,10 @@ impl<'a> Val<'a> {
                     }
                 }
                 // beyond u64 an integer reads as a number, as the JSON parser reads it
-                text.parse::<f64>().ok().filter(|x| x.is_finite()).map(|x| Val::Num(x + 0.0))
+                text.parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite())
+                    .map(|x| Val::Num(x + 0.0))
             }
             _ => None,
         }
@@ -458,7 +460,10 @@ mod tests {
                 "{raw}"
             );
         }
-        assert!(!f.matches_values(&[None]), "a missing column matches nothing");
+        assert!(
+            !f.matches_values(&[None]),
+            "a missing column matches nothing"
+        );
     }
 
     #[test]

@@ -200,9 +200,19 @@ impl KeySpec {
             if let Some(fast) = &fast {
                 let mut slow = Vec::new();
                 let slow_r = self.key_into(row, &mut slow).map(|()| self.removes(row));
-                assert_eq!(fast.as_ref().ok(), slow_r.as_ref().ok(), "removes: one pass vs lookups on {:?}", String::from_utf8_lossy(row));
+                assert_eq!(
+                    fast.as_ref().ok(),
+                    slow_r.as_ref().ok(),
+                    "removes: one pass vs lookups on {:?}",
+                    String::from_utf8_lossy(row)
+                );
                 if fast.is_ok() {
-                    assert_eq!(*out, slow, "key: one pass vs lookups on {:?}", String::from_utf8_lossy(row));
+                    assert_eq!(
+                        *out,
+                        slow,
+                        "key: one pass vs lookups on {:?}",
+                        String::from_utf8_lossy(row)
+                    );
                 }
             }
         }
@@ -314,7 +324,10 @@ fn scan_top<'a>(row: &'a [u8], names: &[Box<[u8]>], found: &mut [Option<&'a [u8]
             return None;
         }
         let name_start = i + 1;
-        let name_len = row.get(name_start..)?.iter().position(|&b| b == b'"' || b == b'\\')?;
+        let name_len = row
+            .get(name_start..)?
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\')?;
         let name = &row[name_start..name_start + name_len];
         if row[name_start + name_len] != b'"' {
             return None;
