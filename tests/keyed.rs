@@ -178,6 +178,14 @@ fn metric(server: &Server, name: &str, stream: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// Waits until the state thread has folded every row below `end` (a publish is acknowledged
+/// once committed; the state thread folds it right after, asynchronously).
+fn folded(server: &Server, stream: &str, end: u64) {
+    wait_for("the state thread to fold the rows", Duration::from_secs(30), || {
+        metric(server, "corecast_state_position", stream) >= Some(end)
+    });
+}
+
 fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !ok() {
@@ -193,6 +201,7 @@ fn mbo_state_by_order_id_is_the_fold_of_the_first_n_rows_then_live() {
     let lines = mbo_lines();
     let n = 40_000;
     publish_all(&server, "mbo", &lines[..n]);
+    folded(&server, "mbo", n as u64 + 1);
     let frames = all_frames(&server, "mbo", n);
     let expected = fold(&frames, &mbo_key, &mbo_removes, &everything);
     assert!(
@@ -213,6 +222,7 @@ fn mbo_state_by_order_id_is_the_fold_of_the_first_n_rows_then_live() {
     let frames = all_frames(&server, "mbo", n + 3000);
     let bids = |r: &Value| r["side"].as_str() == Some("B");
     let expected = fold(&frames, &mbo_key, &mbo_removes, &bids);
+    folded(&server, "mbo", (n + 3000) as u64 + 1);
     let (greeting, mut ws) = state_sub(&server, "mbo", "&where=%7B%22side%22%3A%22B%22%7D");
     assert_eq!(greeting["where"]["side"].as_str(), Some("B"));
     read_snapshot(&greeting, &mut ws, &expected, (n + 3000) as u64 + 1);
@@ -595,6 +605,7 @@ fn state_windows_then_changes_keep_a_copy_equal_to_the_fold() {
     let lines = mbo_lines();
     let n = 12_000;
     publish_all(&server, "mbo", &lines[..n]);
+    folded(&server, "mbo", n as u64 + 1);
     let (mut copy, token, order) = state_read(&server, "mbo", "");
     let frames = all_frames(&server, "mbo", n);
     let expected = fold(&frames, &mbo_key, &mbo_removes, &everything);
@@ -611,6 +622,7 @@ fn state_windows_then_changes_keep_a_copy_equal_to_the_fold() {
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "windows in key order");
     // more rows: adds, modifies, cancels and fills; the changes bring the copy up to date
     publish_all(&server, "mbo", &lines[n..n + 8000]);
+    folded(&server, "mbo", n as u64 + 8001);
     let token = apply_changes(&server, "mbo", &mut copy, token);
     let frames = all_frames(&server, "mbo", n + 8000);
     let expected = fold(&frames, &mbo_key, &mbo_removes, &everything);
@@ -624,6 +636,7 @@ fn state_windows_then_changes_keep_a_copy_equal_to_the_fold() {
         fold_copy(&fold(&frames, &mbo_key, &mbo_removes, &is_bid), &mbo_key)
     );
     publish_all(&server, "mbo", &lines[n + 8000..n + 10_000]);
+    folded(&server, "mbo", n as u64 + 10_001);
     let bid_token = apply_changes(&server, "mbo", &mut bids, bid_token);
     let frames = all_frames(&server, "mbo", n + 10_000);
     assert_eq!(
@@ -664,6 +677,7 @@ fn state_windows_then_changes_keep_a_copy_equal_to_the_fold() {
     assert_eq!(server.stop(), Some(0));
     let server = Server::start(Some(&mbo_config(&setup, "")), &setup.data(), &[]);
     publish_all(&server, "mbo", &lines[n + 10_000..n + 12_000]);
+    folded(&server, "mbo", n as u64 + 12_001);
     let mut after = copy.clone();
     apply_changes(&server, "mbo", &mut after, token);
     let mut resumed = before;
