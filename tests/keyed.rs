@@ -181,9 +181,11 @@ fn metric(server: &Server, name: &str, stream: &str) -> Option<u64> {
 /// Waits until the state thread has folded every row below `end` (a publish is acknowledged
 /// once committed; the state thread folds it right after, asynchronously).
 fn folded(server: &Server, stream: &str, end: u64) {
-    wait_for("the state thread to fold the rows", Duration::from_secs(30), || {
-        metric(server, "corecast_state_position", stream) >= Some(end)
-    });
+    wait_for(
+        "the state thread to fold the rows",
+        Duration::from_secs(30),
+        || metric(server, "corecast_state_position", stream) >= Some(end),
+    );
 }
 
 fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
