@@ -21,42 +21,80 @@ use sonic_rs::{JsonType, JsonValueTrait};
 
 use crate::filter::Filter;
 
-/// A key: the key columns' values, order-preserving encoded (see the module docs). Ordered
-/// as its bytes are, compared eight bytes at a time in line (the fold compares keys on every
-/// row it folds).
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Key(Vec<u8>);
+/// A key: the key columns' values, order-preserving encoded (see the module docs). Ordered,
+/// compared and hashed as its bytes are; up to [`KEY_INLINE`] bytes (an integer key is 17, a
+/// short string a few more) are held in line, with no allocation, and compared eight bytes at
+/// a time (the fold looks keys up, and orders them, on every row it folds).
+#[derive(Clone)]
+pub struct Key(KeyBytes);
+
+/// Key bytes held in line (no allocation) at most.
+pub const KEY_INLINE: usize = 23;
+
+#[derive(Clone)]
+enum KeyBytes {
+    Inline(u8, [u8; KEY_INLINE]),
+    Heap(Box<[u8]>),
+}
 
 impl Key {
     /// The encoded bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+        match &self.0 {
+            KeyBytes::Inline(n, b) => &b[..usize::from(*n)],
+            KeyBytes::Heap(b) => b,
+        }
     }
 }
 
 impl std::ops::Deref for Key {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.0
+        self.as_bytes()
     }
 }
 
 impl From<&[u8]> for Key {
     fn from(b: &[u8]) -> Key {
-        Key(b.to_vec())
+        if b.len() <= KEY_INLINE {
+            let mut a = [0u8; KEY_INLINE];
+            a[..b.len()].copy_from_slice(b);
+            Key(KeyBytes::Inline(b.len() as u8, a))
+        } else {
+            Key(KeyBytes::Heap(b.into()))
+        }
     }
 }
 
 impl From<Vec<u8>> for Key {
     fn from(b: Vec<u8>) -> Key {
-        Key(b)
+        if b.len() <= KEY_INLINE {
+            Key::from(b.as_slice())
+        } else {
+            Key(KeyBytes::Heap(b.into_boxed_slice()))
+        }
     }
 }
 
-// the order, equality and hash of the bytes (`Ord` below agrees with `[u8]`'s)
+// the order, equality and hash of the bytes (`Ord` below agrees with `[u8]`'s, `Hash` is
+// `[u8]`'s): lookups by `&[u8]` find what lookups by `&Key` find
 impl std::borrow::Borrow<[u8]> for Key {
     fn borrow(&self) -> &[u8] {
-        &self.0
+        self.as_bytes()
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+
+impl Eq for Key {}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state)
     }
 }
 
@@ -70,7 +108,7 @@ impl std::fmt::Debug for Key {
 
 impl Ord for Key {
     fn cmp(&self, other: &Key) -> std::cmp::Ordering {
-        let (a, b) = (self.0.as_slice(), other.0.as_slice());
+        let (a, b) = (self.as_bytes(), other.as_bytes());
         let mut ca = a.chunks_exact(8);
         let mut cb = b.chunks_exact(8);
         for (x, y) in ca.by_ref().zip(cb.by_ref()) {
@@ -148,7 +186,7 @@ impl KeySpec {
     pub fn key_of(&self, row: &[u8]) -> Result<Key, NoKey> {
         let mut out = Vec::with_capacity(24);
         self.key_into(row, &mut out)?;
-        Ok(Key(out))
+        Ok(Key::from(out))
     }
 
     /// The key of `row` appended to `out` (the general path: one lookup per column).
@@ -460,7 +498,7 @@ pub struct StateMap {
     /// (the state was built or recovered here, or tombstones were dropped at the bound).
     changes_floor: u64,
     /// The key of the row being folded (reused: no allocation per row for a known key).
-    scratch: Key,
+    scratch: Vec<u8>,
 }
 
 impl StateMap {
@@ -477,7 +515,7 @@ impl StateMap {
             tombstones: FxHashMap::default(),
             tombstones_by_offset: BTreeMap::new(),
             changes_floor: position,
-            scratch: Key(Vec::with_capacity(32)),
+            scratch: Vec::with_capacity(32),
         }
     }
 
@@ -565,8 +603,8 @@ impl StateMap {
             "rows are folded in offset order, none skipped"
         );
         self.position = offset + 1;
-        let mut key = std::mem::replace(&mut self.scratch, Key(Vec::new()));
-        let applied = match spec.key_and_removes(row, &mut key.0) {
+        let mut key = std::mem::take(&mut self.scratch);
+        let applied = match spec.key_and_removes(row, &mut key) {
             Ok(removes) => self.apply_keyed(&key, removes, offset, ts_us, row),
             Err(e) => Applied::NoKey(e),
         };
@@ -576,7 +614,7 @@ impl StateMap {
 
     fn apply_keyed(
         &mut self,
-        key: &Key,
+        key: &[u8],
         removes: bool,
         offset: u64,
         ts_us: i64,
@@ -616,9 +654,10 @@ impl StateMap {
                 absent_from = at;
             }
         }
+        let key = Key::from(key);
         self.order.insert(key.clone());
         self.entries.insert(
-            key.clone(),
+            key,
             Entry {
                 version: offset,
                 ts_us,
@@ -731,13 +770,15 @@ impl StateMap {
 
     /// The entities whose row passes `filter`, in version (offset) order.
     pub fn selected_by_version(&self, filter: Option<&Filter>) -> Vec<&Entry> {
-        let mut v: Vec<&Entry> = self
+        // sorted by the version held beside each reference: comparing never reads an entry
+        let mut v: Vec<(u64, &Entry)> = self
             .entries
             .values()
             .filter(|e| filter.is_none_or(|f| f.matches(&e.row)))
+            .map(|e| (e.version, e))
             .collect();
-        v.sort_unstable_by_key(|e| e.version);
-        v
+        v.sort_unstable_by_key(|(version, _)| *version);
+        v.into_iter().map(|(_, e)| e).collect()
     }
 
     /// Every entity in key order.
@@ -945,6 +986,26 @@ mod tests {
         assert!(k2(br#"{"a":"x","b":2}"#) < k2(br#"{"a":"x","b":10}"#));
         assert!(k2(br#"{"a":"x","b":99}"#) < k2(br#"{"a":"y","b":0}"#));
         assert_ne!(k2(br#"{"a":"x","b":1}"#), k2(br#"{"a":"x","b":2}"#));
+    }
+
+    #[test]
+    fn keys_in_line_and_on_the_heap_order_and_match_as_their_bytes() {
+        let s = spec(&["k"], None);
+        let k = |v: &str| s.key_of(format!(r#"{{"k":"{v}"}}"#).as_bytes()).unwrap();
+        let long = "x".repeat(40);
+        let longer = format!("{long}y");
+        assert!(k("x").len() <= KEY_INLINE && k(&long).len() > KEY_INLINE);
+        assert!(k("x") < k(&long) && k(&long) < k(&longer) && k(&longer) < k("y"));
+        let mut m = StateMap::new(1, 10);
+        for (i, v) in ["y", &longer, "x", &long].iter().enumerate() {
+            m.apply(&s, 1 + i as u64, 0, format!(r#"{{"k":"{v}"}}"#).as_bytes());
+        }
+        let order: Vec<&[u8]> = m.iter().map(|(k, _)| k.as_bytes()).collect();
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(order, sorted, "key order is byte order");
+        assert_eq!(m.get(&k(&long)).map(|e| e.version), Some(4));
+        assert_eq!(m.get(&k("y")).map(|e| e.version), Some(1));
     }
 
     #[test]
