@@ -178,6 +178,16 @@ fn metric(server: &Server, name: &str, stream: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// Waits until the state thread has folded every row below `end` (a publish is acknowledged
+/// once committed; the state thread folds it right after, asynchronously).
+fn folded(server: &Server, stream: &str, end: u64) {
+    wait_for(
+        "the state thread to fold the rows",
+        Duration::from_secs(30),
+        || metric(server, "corecast_state_position", stream) >= Some(end),
+    );
+}
+
 fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !ok() {
@@ -193,6 +203,7 @@ fn mbo_state_by_order_id_is_the_fold_of_the_first_n_rows_then_live() {
     let lines = mbo_lines();
     let n = 40_000;
     publish_all(&server, "mbo", &lines[..n]);
+    folded(&server, "mbo", n as u64 + 1);
     let frames = all_frames(&server, "mbo", n);
     let expected = fold(&frames, &mbo_key, &mbo_removes, &everything);
     assert!(
@@ -213,6 +224,7 @@ fn mbo_state_by_order_id_is_the_fold_of_the_first_n_rows_then_live() {
     let frames = all_frames(&server, "mbo", n + 3000);
     let bids = |r: &Value| r["side"].as_str() == Some("B");
     let expected = fold(&frames, &mbo_key, &mbo_removes, &bids);
+    folded(&server, "mbo", (n + 3000) as u64 + 1);
     let (greeting, mut ws) = state_sub(&server, "mbo", "&where=%7B%22side%22%3A%22B%22%7D");
     assert_eq!(greeting["where"]["side"].as_str(), Some("B"));
     read_snapshot(&greeting, &mut ws, &expected, (n + 3000) as u64 + 1);
@@ -595,6 +607,7 @@ fn state_windows_then_changes_keep_a_copy_equal_to_the_fold() {
     let lines = mbo_lines();
     let n = 12_000;
     publish_all(&server, "mbo", &lines[..n]);
+    folded(&server, "mbo", n as u64 + 1);
     let (mut copy, token, order) = state_read(&server, "mbo", "");
     let frames = all_frames(&server, "mbo", n);
     let expected = fold(&frames, &mbo_key, &mbo_removes, &everything);
@@ -611,6 +624,7 @@ fn state_windows_then_changes_keep_a_copy_equal_to_the_fold() {
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "windows in key order");
     // more rows: adds, modifies, cancels and fills; the changes bring the copy up to date
     publish_all(&server, "mbo", &lines[n..n + 8000]);
+    folded(&server, "mbo", n as u64 + 8001);
     let token = apply_changes(&server, "mbo", &mut copy, token);
     let frames = all_frames(&server, "mbo", n + 8000);
     let expected = fold(&frames, &mbo_key, &mbo_removes, &everything);
@@ -624,6 +638,7 @@ fn state_windows_then_changes_keep_a_copy_equal_to_the_fold() {
         fold_copy(&fold(&frames, &mbo_key, &mbo_removes, &is_bid), &mbo_key)
     );
     publish_all(&server, "mbo", &lines[n + 8000..n + 10_000]);
+    folded(&server, "mbo", n as u64 + 10_001);
     let bid_token = apply_changes(&server, "mbo", &mut bids, bid_token);
     let frames = all_frames(&server, "mbo", n + 10_000);
     assert_eq!(
@@ -664,6 +679,7 @@ fn state_windows_then_changes_keep_a_copy_equal_to_the_fold() {
     assert_eq!(server.stop(), Some(0));
     let server = Server::start(Some(&mbo_config(&setup, "")), &setup.data(), &[]);
     publish_all(&server, "mbo", &lines[n + 10_000..n + 12_000]);
+    folded(&server, "mbo", n as u64 + 12_001);
     let mut after = copy.clone();
     apply_changes(&server, "mbo", &mut after, token);
     let mut resumed = before;
@@ -812,6 +828,11 @@ fn a_token_past_the_remembered_removals_has_expired() {
     assert_eq!(r.status, 410, "{}", r.text());
     assert_eq!(r.json()["error"]["code"].as_str(), Some("token_expired"));
     assert!(r.text().contains("read the state again"), "{}", r.text());
+    assert!(
+        r.text().contains("are no longer remembered") && r.text().contains("discard your copy"),
+        "the message says what happened and what to do: {}",
+        r.text()
+    );
     // a token after the forgotten removal still reads on
     let r = http_get(
         server.addr,
@@ -826,4 +847,90 @@ fn a_token_past_the_remembered_removals_has_expired() {
         .map(|c| c["why"].as_str().unwrap_or("upsert"))
         .collect();
     assert_eq!(whys, ["removed", "removed"], "C and D came and went");
+}
+
+/// `state_snapshot_budget_bytes`: readers that do not read hold their rendered snapshots; once
+/// those held bytes reach the budget a further `?state` join is refused `state_busy` (WebSocket
+/// 1013, SSE 503 with `Retry-After`) instead of rendering another copy, and counted; when those
+/// readers go, their bytes are given back and a join is served again.
+#[test]
+fn state_joins_over_the_snapshot_budget_are_refused_until_the_held_snapshots_go() {
+    let setup = Setup::new();
+    std::fs::write(setup.tmp.path().join("trades.schema.json"), TRADE_SCHEMA).unwrap();
+    let config = setup.config(
+        "[[stream]]\nname = \"big\"\nschema = \"trades.schema.json\"\nkey = [\"trade_id\"]\n\
+         state_snapshot_budget_bytes = 1048576\n",
+    );
+    let server = Server::start(Some(&config), &setup.data(), &[]);
+    // 3,000 entities of 8 KiB: a 24 MiB snapshot, far more than loopback socket buffers take
+    let note = "n".repeat(8192);
+    let rows: Vec<String> = (0..3000)
+        .map(|i| {
+            format!(
+                r#"{{"symbol":"S{}","trade_id":{i},"price":1.5,"quantity":2.0,"side":"buy","note":"{note}","ratio":0.5}}"#,
+                i % 7
+            )
+        })
+        .collect();
+    let mut ws = ws_connect(&server.url("big?publish"));
+    let _greeting = recv_text(&mut ws);
+    for chunk in rows.chunks(50) {
+        publish_on(&mut ws, chunk);
+    }
+    let _ = ws.close(None);
+    wait_for(
+        "the state to hold every row",
+        Duration::from_secs(30),
+        || metric(&server, "corecast_state_keys", "big") == Some(3000),
+    );
+    // a reader that takes the greeting and then reads nothing
+    let (g1, _stalled1) = state_sub(&server, "big", "");
+    assert_eq!(g1["end_offset"].as_u64(), Some(3001), "{g1:?}");
+    wait_for(
+        "the first snapshot to be held",
+        Duration::from_secs(10),
+        || metric(&server, "corecast_state_snapshot_bytes_held", "big").unwrap_or(0) > 1 << 20,
+    );
+    let held = metric(&server, "corecast_state_snapshot_bytes_held", "big").unwrap();
+    assert!(held <= 24 << 20, "at most one snapshot: {held}");
+    // over the budget: refused, retryable, nothing more held
+    let mut refused = ws_connect(&server.url("big?state"));
+    let (code, reason) = recv_close(&mut refused);
+    assert_eq!(code, 1013, "{reason}");
+    assert_eq!(reason, r#"{"error":"state_busy"}"#);
+    let sse = http_get(server.addr, "/big/events?state");
+    assert_eq!(sse.status, 503);
+    assert!(sse.text().contains("state_busy"), "{}", sse.text());
+    assert!(
+        sse.text().contains("state_snapshot_budget_bytes"),
+        "the refusal names the limit: {}",
+        sse.text()
+    );
+    assert!(sse.header("retry-after").is_some(), "retryable");
+    assert_eq!(
+        metric(
+            &server,
+            "corecast_state_snapshots_refused_budget_total",
+            "big"
+        ),
+        Some(2)
+    );
+    assert!(metric(&server, "corecast_state_snapshot_bytes_held", "big").unwrap() <= held);
+    // the stalled reader goes: its bytes come back, and a join is served whole
+    drop(_stalled1);
+    wait_for(
+        "the held bytes to be given back",
+        Duration::from_secs(20),
+        || metric(&server, "corecast_state_snapshot_bytes_held", "big") == Some(0),
+    );
+    let (g2, mut reader) = state_sub(&server, "big", "");
+    assert_eq!(g2["end_offset"].as_u64(), Some(3001), "{g2:?}");
+    for i in 0..3000u64 {
+        assert_eq!(offset_of(&recv_text(&mut reader)), i + 1);
+    }
+    wait_for(
+        "a snapshot read whole is given back",
+        Duration::from_secs(10),
+        || metric(&server, "corecast_state_snapshot_bytes_held", "big") == Some(0),
+    );
 }

@@ -313,6 +313,9 @@ pub struct StreamConfig {
     pub max_keys: usize,
     /// How often a keyed stream's state is checkpointed (when it moved).
     pub checkpoint_every: Duration,
+    /// Bytes of rendered `?state` snapshots a keyed stream's sessions may hold at once (not
+    /// yet written to their readers); a join over it is refused `state_busy`.
+    pub state_snapshot_budget_bytes: u64,
 }
 
 impl StreamConfig {
@@ -344,6 +347,7 @@ impl StreamConfig {
             remove_when: None,
             max_keys: DEFAULT_MAX_KEYS,
             checkpoint_every: DEFAULT_CHECKPOINT_EVERY,
+            state_snapshot_budget_bytes: DEFAULT_STATE_SNAPSHOT_BUDGET_BYTES,
         }
     }
 }
@@ -456,6 +460,7 @@ struct RawStream {
     remove_when: Option<toml::Value>,
     max_keys: Option<i64>,
     checkpoint_every_s: Option<i64>,
+    state_snapshot_budget_bytes: Option<i64>,
 }
 
 /// Entities a keyed stream's state holds unless `max_keys` says otherwise.
@@ -463,6 +468,10 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
 /// How often a keyed stream's state is checkpointed unless `checkpoint_every_s` says otherwise.
 pub const DEFAULT_CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
+
+/// Bytes of `?state` snapshots one keyed stream's sessions hold at once unless
+/// `state_snapshot_budget_bytes` says otherwise (docs/OPERATIONS.md, "Keyed streams").
+pub const DEFAULT_STATE_SNAPSHOT_BUDGET_BYTES: u64 = 1 << 30;
 
 /// The keyed-state keys of one stream (`key`, `remove_when`, `max_keys`, `checkpoint_every_s`):
 /// `Err((key, why))`. The key columns are checked against the schema at start-up
@@ -536,6 +545,19 @@ fn keyed_keys(s: &RawStream, sc: &mut StreamConfig) -> Result<(), (&'static str,
             ));
         }
         sc.checkpoint_every = Duration::from_secs(n as u64);
+    }
+    if let Some(n) = s.state_snapshot_budget_bytes {
+        needs_key("state_snapshot_budget_bytes")?;
+        let (min, max): (i64, i64) = (1 << 20, 1 << 40);
+        if !(min..=max).contains(&n) {
+            return Err((
+                "state_snapshot_budget_bytes",
+                format!(
+                    "{n} is outside {min}..={max} bytes (1 MiB to 1 TiB; the default is {DEFAULT_STATE_SNAPSHOT_BUDGET_BYTES})"
+                ),
+            ));
+        }
+        sc.state_snapshot_budget_bytes = n as u64;
     }
     Ok(())
 }

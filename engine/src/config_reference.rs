@@ -118,6 +118,7 @@ pub fn keys() -> Vec<Key> {
         example("stream", "remove_when", "{ action = [\"C\"] }", "keyed stream: a row matching this where=-style table removes its key"),
         example("stream", "max_keys", &crate::config::DEFAULT_MAX_KEYS.to_string(), "keyed stream: entities held at most; a new key beyond it makes the state incomplete (reads refused)"),
         example("stream", "checkpoint_every_s", &crate::config::DEFAULT_CHECKPOINT_EVERY.as_secs().to_string(), "keyed stream: seconds between state checkpoints (restart folds only the log past it)"),
+        example("stream", "state_snapshot_budget_bytes", &crate::config::DEFAULT_STATE_SNAPSHOT_BUDGET_BYTES.to_string(), "keyed stream: bytes of ?state snapshots held for readers at once; a join over it is refused state_busy (retry)"),
         example("auth", "realm", "\"corecast\"", "the realm of the 401 challenges (default \"corecast\"); no [auth]: the broker is open"),
         example("auth", "cookie", "\"corecast_token\"", "a cookie that may carry a JWT (same-origin browser pages, e.g. /ui)"),
         example("auth", "max_failures_per_minute", &crate::auth::config::DEFAULT_MAX_FAILURES_PER_MINUTE.to_string(), "failed authentications per client address per minute, then 429"),

@@ -51,12 +51,96 @@ impl Scalar {
         }
     }
 
-    fn matches(&self, other: &Scalar) -> bool {
+    fn as_val(&self) -> Val<'_> {
+        match self {
+            Scalar::Null => Val::Null,
+            Scalar::Bool(b) => Val::Bool(*b),
+            Scalar::Int(i) => Val::Int(*i),
+            Scalar::Num(x) => Val::Num(*x),
+            Scalar::Str(s) => Val::Str(s),
+        }
+    }
+}
+
+/// A row's value, borrowed (no allocation to look a string up).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Val<'a> {
+    Null,
+    Bool(bool),
+    Int(i128),
+    Num(f64),
+    Str(&'a str),
+}
+
+impl<'a> Val<'a> {
+    /// The pairwise rule: an integer and a number match when the integer converts to it.
+    fn matches(self, other: Val<'_>) -> bool {
         match (self, other) {
-            (Scalar::Int(a), Scalar::Int(b)) => a == b,
-            (Scalar::Int(a), Scalar::Num(b)) | (Scalar::Num(b), Scalar::Int(a)) => *a as f64 == *b,
-            (Scalar::Num(a), Scalar::Num(b)) => a == b,
-            (a, b) => a == b,
+            (Val::Int(a), Val::Int(b)) => a == b,
+            (Val::Int(a), Val::Num(b)) | (Val::Num(b), Val::Int(a)) => a as f64 == b,
+            (Val::Num(a), Val::Num(b)) => a == b,
+            (Val::Null, Val::Null) => true,
+            (Val::Bool(a), Val::Bool(b)) => a == b,
+            (Val::Str(a), Val::Str(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    /// The value of a lazily parsed row field (strings borrowed from it).
+    fn of(v: &'a impl JsonValueTrait) -> Option<Val<'a>> {
+        // dispatch on the type first: on a lazy value every failed `as_*` is a parse attempt
+        match v.get_type() {
+            JsonType::Null => Some(Val::Null),
+            JsonType::Boolean => v.as_bool().map(Val::Bool),
+            JsonType::String => v.as_str().map(Val::Str),
+            JsonType::Number => {
+                if let Some(i) = v.as_i64() {
+                    Some(Val::Int(i as i128))
+                } else if let Some(u) = v.as_u64() {
+                    Some(Val::Int(u as i128))
+                } else {
+                    v.as_f64().map(Val::Num)
+                }
+            }
+            JsonType::Array | JsonType::Object => None,
+        }
+    }
+
+    /// The value of a raw canonical JSON scalar (`"A"`, `12`, `-3.5`, `true`, `null`) as
+    /// [`Val::of`] reads it; a string holding an escape is decoded into `scratch`. `None`: a
+    /// list, an object, or bytes that are not a JSON scalar.
+    fn of_raw(raw: &'a [u8], scratch: &'a mut String) -> Option<Val<'a>> {
+        match *raw.first()? {
+            b'n' if raw == b"null" => Some(Val::Null),
+            b't' if raw == b"true" => Some(Val::Bool(true)),
+            b'f' if raw == b"false" => Some(Val::Bool(false)),
+            b'"' => {
+                let inner = raw.get(1..raw.len() - 1).filter(|_| raw.len() >= 2)?;
+                if inner.contains(&b'\\') {
+                    *scratch = sonic_rs::from_slice::<String>(raw).ok()?;
+                    Some(Val::Str(scratch.as_str()))
+                } else {
+                    std::str::from_utf8(inner).ok().map(Val::Str)
+                }
+            }
+            b'-' | b'0'..=b'9' => {
+                let text = std::str::from_utf8(raw).ok()?;
+                let integral = raw.iter().all(|&b| b == b'-' || b.is_ascii_digit());
+                if integral {
+                    if let Ok(i) = text.parse::<i64>() {
+                        return Some(Val::Int(i as i128));
+                    }
+                    if let Ok(u) = text.parse::<u64>() {
+                        return Some(Val::Int(u as i128));
+                    }
+                }
+                // beyond u64 an integer reads as a number, as the JSON parser reads it
+                text.parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite())
+                    .map(|x| Val::Num(x + 0.0))
+            }
+            _ => None,
         }
     }
 }
@@ -113,19 +197,19 @@ impl ValueSet {
         self.nums.binary_search_by(|n| n.total_cmp(&x)).is_ok()
     }
 
-    fn contains(&self, value: &Scalar) -> bool {
+    fn contains(&self, value: Val<'_>) -> bool {
         match value {
-            Scalar::Null => self.null,
-            Scalar::Bool(b) => self.bools[usize::from(*b)],
-            Scalar::Str(s) => self.strs.contains(s),
-            Scalar::Int(i) => self.ints.contains(i) || self.has_num(*i as f64),
-            Scalar::Num(x) => {
-                self.has_num(*x)
+            Val::Null => self.null,
+            Val::Bool(b) => self.bools[usize::from(b)],
+            Val::Str(s) => self.strs.contains(s),
+            Val::Int(i) => self.ints.contains(&i) || self.has_num(i as f64),
+            Val::Num(x) => {
+                self.has_num(x)
                     || match x.fract() == 0.0 && x.abs() < EXACT_INT {
                         // one integer converts to this number exactly
-                        true => self.ints.contains(&(*x as i128)),
+                        true => self.ints.contains(&(x as i128)),
                         // beyond 2^53 several integers round to it: the rare slow path
-                        false => self.ints.iter().any(|i| *i as f64 == *x),
+                        false => self.ints.iter().any(|i| *i as f64 == x),
                     }
             }
         }
@@ -226,16 +310,43 @@ impl Filter {
             let Ok(x) = sonic_rs::get(row, [t.column.as_str()]) else {
                 return false;
             };
-            let Some(x) = Scalar::of(&x) else {
+            let Some(x) = Val::of(&x) else {
                 return false;
             };
-            let found = t.set.contains(&x);
-            debug_assert!(
-                t.any_of.len() > 64 || found == t.any_of.iter().any(|want| want.matches(&x)),
-                "the indexed lookup disagrees with the pairwise rule on {x:?}"
-            );
-            found
+            t.has(x)
         })
+    }
+
+    /// The columns the terms name, in term order: what [`Filter::matches_values`] takes.
+    pub fn columns(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.terms.iter().map(|t| t.column.as_str())
+    }
+
+    /// Whether a row passes, given each term's value as raw canonical JSON (`values[i]` is the
+    /// value of the `i`th of [`Filter::columns`]; `None`: the row lacks it) — the answer
+    /// [`Filter::matches`] gives on the row, for a caller that has already found the values
+    /// in one pass over the row.
+    pub fn matches_values(&self, values: &[Option<&[u8]>]) -> bool {
+        assert_eq!(values.len(), self.terms.len(), "one value per term");
+        self.terms.iter().zip(values).all(|(t, raw)| {
+            let mut scratch = String::new();
+            match raw.and_then(|raw| Val::of_raw(raw, &mut scratch)) {
+                Some(x) => t.has(x),
+                None => false,
+            }
+        })
+    }
+}
+
+impl Term {
+    fn has(&self, x: Val<'_>) -> bool {
+        let found = self.set.contains(x);
+        debug_assert!(
+            self.any_of.len() > 64
+                || found == self.any_of.iter().any(|want| want.as_val().matches(x)),
+            "the indexed lookup disagrees with the pairwise rule on {x:?}"
+        );
+        found
     }
 }
 
@@ -312,6 +423,47 @@ mod tests {
             // matches() also checks the pairwise rule in debug builds
             assert_eq!(f.matches(row.as_bytes()), want, "{row}");
         }
+    }
+
+    #[test]
+    fn raw_values_match_as_the_row_does() {
+        let f = Filter::parse(
+            r#"{"price":[1, 2.5, 9007199254740993, 1e300, null, true, "x", "a\"b"]}"#,
+            None,
+        )
+        .unwrap();
+        assert_eq!(f.columns().collect::<Vec<_>>(), ["price"]);
+        for raw in [
+            "1",
+            "1.0",
+            "2.5",
+            "2",
+            "9007199254740993",
+            "18446744073709551615",
+            "-9223372036854775808",
+            "184467440737095516150",
+            "1e300",
+            "null",
+            "true",
+            "false",
+            r#""x""#,
+            r#""y""#,
+            r#""a\"b""#,
+            r#""a\u0022b""#,
+            "[1]",
+            r#"{"a":1}"#,
+        ] {
+            let row = format!(r#"{{"price":{raw}}}"#);
+            assert_eq!(
+                f.matches_values(&[Some(raw.as_bytes())]),
+                f.matches(row.as_bytes()),
+                "{raw}"
+            );
+        }
+        assert!(
+            !f.matches_values(&[None]),
+            "a missing column matches nothing"
+        );
     }
 
     #[test]

@@ -326,7 +326,11 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
                                 wr,
                                 out,
                                 Refusal {
-                                    code: if why == crate::state::Unavailable::Busy {
+                                    code: if matches!(
+                                        why,
+                                        crate::state::Unavailable::Busy
+                                            | crate::state::Unavailable::OverBudget
+                                    ) {
                                         1013
                                     } else {
                                         1011
@@ -356,6 +360,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
                         replay_end: head.max(s.at),
                         snapshot: s.chunks,
                         snapshot_entities: s.entities,
+                        snapshot_hold: s.hold,
                     },
                     Some((s.first.unwrap_or(s.at), s.at)),
                     s.at,
@@ -366,6 +371,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
                         replay_end: head,
                         snapshot: Vec::new(),
                         snapshot_entities: 0,
+                        snapshot_hold: Default::default(),
                     },
                     None,
                     head,
@@ -377,6 +383,7 @@ async fn serve(ctx: &Rc<ShardCtx>, conn: Conn) {
                             replay_end: head,
                             snapshot: Vec::new(),
                             snapshot_entities: 0,
+                            snapshot_hold: Default::default(),
                         },
                         Some((first, head)),
                         head,

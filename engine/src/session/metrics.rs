@@ -295,7 +295,7 @@ fn render_all(shared: &Shared) -> String {
         .collect();
     if !keyed.is_empty() {
         type Pick = fn(&crate::state::StateStats) -> u64;
-        let families: [(&str, &str, &str, Pick); 11] = [
+        let families: [(&str, &str, &str, Pick); 13] = [
             ("corecast_state_keys", "gauge", "Entities a keyed stream's state holds (at most max_keys).", |s| s.keys.load(Ordering::Relaxed)),
             ("corecast_state_row_bytes", "gauge", "Summed bytes of the rows a keyed stream's state holds.", |s| s.row_bytes.load(Ordering::Relaxed)),
             ("corecast_state_position", "gauge", "The next offset the state will fold (the state is that of every row below it).", |s| s.position.load(Ordering::Relaxed)),
@@ -307,6 +307,8 @@ fn render_all(shared: &Shared) -> String {
             ("corecast_state_recovered_from", "gauge", "The checkpoint position recovery started from at start-up (0: none).", |s| s.recovered_from.load(Ordering::Relaxed)),
             ("corecast_state_recovered_tail_rows", "gauge", "Rows of the log past the checkpoint that recovery folded at start-up.", |s| s.recovered_tail_rows.load(Ordering::Relaxed)),
             ("corecast_state_snapshot_entities_total", "counter", "Entities sent in ?state snapshots.", |s| s.snapshot_entities.load(Ordering::Relaxed)),
+            ("corecast_state_snapshot_bytes_held", "gauge", "Bytes of rendered ?state snapshots sessions hold now, not yet written to their readers (at most state_snapshot_budget_bytes, or one snapshot alone).", |s| s.snapshot_bytes_held.load(Ordering::Relaxed)),
+            ("corecast_state_snapshots_refused_budget_total", "counter", "?state joins refused state_busy because the snapshots other readers were still receiving held the stream's state_snapshot_budget_bytes.", |s| s.snapshots_refused_budget.load(Ordering::Relaxed)),
         ];
         for (name, kind, help, pick) in families {
             family(&mut o, name, kind, help);

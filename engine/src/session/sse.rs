@@ -424,6 +424,7 @@ pub async fn serve(
                 super::metrics::count_refusal(503);
                 let msg = match why {
                     crate::state::Unavailable::Busy => "the state thread's request queue is full; retry later",
+                    crate::state::Unavailable::OverBudget => crate::state::OVER_BUDGET_MESSAGE,
                     crate::state::Unavailable::Incomplete => "the keyed state is incomplete (a key over max_keys, or history lost; see the server log) and is not served",
                     crate::state::Unavailable::Stopped => "server shutting down",
                 };
@@ -467,6 +468,7 @@ pub async fn serve(
     // flight (tick.rs)
     let mut tick = Tick::new();
     if let Some(s) = snapshot {
+        let mut hold = s.hold;
         let mut fv = FrameVec::new();
         let mut chunks = s.chunks.into_iter().peekable();
         while let Some(chunk) = chunks.next() {
@@ -475,6 +477,7 @@ pub async fn serve(
             let room = fv.len() + chunks.peek().map_or(0, |c| c.len());
             if last || room > super::deliver::WRITE_BYTES_MAX {
                 let messages = if last { s.entities } else { 0 };
+                let bytes = fv.len() as u64;
                 if write(
                     &st,
                     &mut wr,
@@ -488,6 +491,8 @@ pub async fn serve(
                 {
                     return;
                 }
+                // written: the reader has these bytes, the budget has them back
+                hold.release(bytes);
             }
         }
     }

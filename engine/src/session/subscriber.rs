@@ -60,6 +60,8 @@ pub struct Start {
     pub snapshot: Vec<bytes::Bytes>,
     /// Entities in `snapshot`.
     pub snapshot_entities: u64,
+    /// `snapshot`'s claim on the stream's snapshot budget, given back as it is written.
+    pub snapshot_hold: crate::state::SnapshotHold,
 }
 
 /// Serves a subscriber until it closes, falls too far behind, or the server shuts down.
@@ -189,6 +191,7 @@ async fn serve(
             let room = fv.len() + chunks.peek().map_or(0, |c| c.len());
             if last || room > super::deliver::WRITE_BYTES_MAX {
                 let messages = if last { start.snapshot_entities } else { 0 };
+                let bytes = fv.len() as u64;
                 write(
                     stream,
                     wr,
@@ -198,6 +201,8 @@ async fn serve(
                     &mut tick,
                 )
                 .await?;
+                // written: the reader has these bytes, the budget has them back
+                start.snapshot_hold.release(bytes);
             }
         }
     }

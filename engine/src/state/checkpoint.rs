@@ -10,8 +10,11 @@
 //! Layout (little-endian): `CCSTATE1` · u32 header length · header JSON
 //! (`{"stream_id":…,"key":[…],"remove_when":…,"position":N,"entities":M,"tombstones":R,
 //! "changes_floor":F}`) · M × (u32 key length · key · u64 version · i64 ts_us · u32 row length ·
-//! row) · R × (u32 key length · key · u64 offset of the removal) · u32 CRC32C. The removals are
-//! kept so that `/changes` tokens from before a restart still see them.
+//! row [· u64 · u64: the entity's absent span, when the header says `"absent":true`]) · R × (u32
+//! key length · key · u64 offset of the removal) · u32 CRC32C. The removals are kept so that
+//! `/changes` tokens from before a restart still see them; the absent spans (since the header
+//! flag came; older checkpoints read as not known) so that they still leave out departures of
+//! keys created after the token.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -59,6 +62,7 @@ pub fn encode(id: &Identity, state: &StateMap) -> std::io::Result<Vec<u8>> {
         "entities": state.len(),
         "tombstones": state.tombstones().count(),
         "changes_floor": state.changes_floor(),
+        "absent": true,
     }))
     .map_err(std::io::Error::other)?;
     let mut buf = Vec::with_capacity(64 + header.len() + state.row_bytes() + state.len() * 48);
@@ -72,6 +76,8 @@ pub fn encode(id: &Identity, state: &StateMap) -> std::io::Result<Vec<u8>> {
         buf.extend_from_slice(&e.ts_us.to_le_bytes());
         buf.extend_from_slice(&(e.row.len() as u32).to_le_bytes());
         buf.extend_from_slice(&e.row);
+        buf.extend_from_slice(&e.absent.0.to_le_bytes());
+        buf.extend_from_slice(&e.absent.1.to_le_bytes());
     }
     for (key, at) in state.tombstones() {
         buf.extend_from_slice(&(key.len() as u32).to_le_bytes());
@@ -162,6 +168,7 @@ pub fn read(dir: &Path, id: &Identity, max_keys: usize) -> Result<Option<StateMa
     let count = header["entities"]
         .as_u64()
         .ok_or(Unusable::Damaged("entities"))?;
+    let with_absent = header["absent"].as_bool() == Some(true);
     let mut entries: BTreeMap<Key, Entry> = BTreeMap::new();
     for _ in 0..count {
         let klen = r.u32()? as usize;
@@ -170,6 +177,11 @@ pub fn read(dir: &Path, id: &Identity, max_keys: usize) -> Result<Option<StateMa
         let ts_us = r.u64()? as i64;
         let rlen = r.u32()? as usize;
         let row = r.take(rlen)?.into();
+        let absent = if with_absent {
+            (r.u64()?, r.u64()?)
+        } else {
+            (0, 0)
+        };
         if version >= position {
             return Err(Unusable::Damaged("an entity newer than the checkpoint"));
         }
@@ -179,6 +191,7 @@ pub fn read(dir: &Path, id: &Identity, max_keys: usize) -> Result<Option<StateMa
                 version,
                 ts_us,
                 row,
+                absent,
             },
         );
     }
@@ -246,10 +259,10 @@ mod tests {
     fn round_trip_and_refusals() {
         let dir = tempfile::tempdir().unwrap();
         let any = |_: &str| crate::filter::ColumnLookup::Scalar;
-        let spec = KeySpec {
-            columns: vec!["k".into()],
-            remove_when: Some(crate::filter::Filter::parse(r#"{"v":"gone"}"#, Some(&any)).unwrap()),
-        };
+        let spec = KeySpec::new(
+            vec!["k".into()],
+            Some(crate::filter::Filter::parse(r#"{"v":"gone"}"#, Some(&any)).unwrap()),
+        );
         let mut m = StateMap::new(1, 10);
         m.apply(&spec, 1, 5, br#"{"k":1,"v":"a"}"#);
         m.apply(&spec, 2, 6, br#"{"k":2,"v":"b"}"#);

@@ -13,14 +13,121 @@
 //! tuples column by column. An entity's place in that order never changes, which is what the
 //! collection reads' windows need.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap;
 
 use sonic_rs::{JsonType, JsonValueTrait};
 
 use crate::filter::Filter;
 
-/// A key: the key columns' values, order-preserving encoded (see the module docs).
-pub type Key = Box<[u8]>;
+/// A key: the key columns' values, order-preserving encoded (see the module docs). Ordered,
+/// compared and hashed as its bytes are; up to [`KEY_INLINE`] bytes (an integer key is 17, a
+/// short string a few more) are held in line, with no allocation, and compared eight bytes at
+/// a time (the fold looks keys up, and orders them, on every row it folds).
+#[derive(Clone)]
+pub struct Key(KeyBytes);
+
+/// Key bytes held in line (no allocation) at most.
+pub const KEY_INLINE: usize = 23;
+
+#[derive(Clone)]
+enum KeyBytes {
+    Inline(u8, [u8; KEY_INLINE]),
+    Heap(Box<[u8]>),
+}
+
+impl Key {
+    /// The encoded bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            KeyBytes::Inline(n, b) => &b[..usize::from(*n)],
+            KeyBytes::Heap(b) => b,
+        }
+    }
+}
+
+impl std::ops::Deref for Key {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl From<&[u8]> for Key {
+    fn from(b: &[u8]) -> Key {
+        if b.len() <= KEY_INLINE {
+            let mut a = [0u8; KEY_INLINE];
+            a[..b.len()].copy_from_slice(b);
+            Key(KeyBytes::Inline(b.len() as u8, a))
+        } else {
+            Key(KeyBytes::Heap(b.into()))
+        }
+    }
+}
+
+impl From<Vec<u8>> for Key {
+    fn from(b: Vec<u8>) -> Key {
+        if b.len() <= KEY_INLINE {
+            Key::from(b.as_slice())
+        } else {
+            Key(KeyBytes::Heap(b.into_boxed_slice()))
+        }
+    }
+}
+
+// the order, equality and hash of the bytes (`Ord` below agrees with `[u8]`'s, `Hash` is
+// `[u8]`'s): lookups by `&[u8]` find what lookups by `&Key` find
+impl std::borrow::Borrow<[u8]> for Key {
+    fn borrow(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+
+impl Eq for Key {}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state)
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut out = Vec::new();
+        key_json(self, &mut out);
+        f.write_str(&String::from_utf8_lossy(&out))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Key) -> std::cmp::Ordering {
+        let (a, b) = (self.as_bytes(), other.as_bytes());
+        let mut ca = a.chunks_exact(8);
+        let mut cb = b.chunks_exact(8);
+        for (x, y) in ca.by_ref().zip(cb.by_ref()) {
+            let x = u64::from_be_bytes(x.try_into().expect("8 bytes"));
+            let y = u64::from_be_bytes(y.try_into().expect("8 bytes"));
+            if x != y {
+                return x.cmp(&y);
+            }
+        }
+        let n = a.len().min(b.len()) / 8 * 8;
+        a[n..].cmp(&b[n..])
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Key) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 const TAG_FALSE: u8 = 0x01;
 const TAG_TRUE: u8 = 0x02;
@@ -30,10 +137,10 @@ const TAG_STR: u8 = 0x04;
 /// Which columns make the key, and which rows remove it.
 #[derive(Debug, Clone)]
 pub struct KeySpec {
-    /// The key columns, in declaration order.
-    pub columns: Vec<String>,
-    /// Rows that match it remove their key (`remove_when`).
-    pub remove_when: Option<Filter>,
+    columns: Vec<String>,
+    remove_when: Option<Filter>,
+    /// What one pass over a row looks for: the key columns, then `remove_when`'s columns.
+    wanted: Vec<Box<[u8]>>,
 }
 
 /// Why a row has no key (it lacks a key column, or holds a value no key can take).
@@ -45,10 +152,45 @@ pub struct NoKey {
     pub found: &'static str,
 }
 
+/// Top-level columns one pass over a row looks for, at most (key columns plus `remove_when`'s
+/// terms); a declaration naming more takes the general path.
+const SCAN_MAX: usize = 16;
+
 impl KeySpec {
+    /// The key `columns` (in declaration order) and the rows that remove their key.
+    pub fn new(columns: Vec<String>, remove_when: Option<Filter>) -> KeySpec {
+        let wanted = columns
+            .iter()
+            .map(String::as_str)
+            .chain(remove_when.iter().flat_map(Filter::columns))
+            .map(|c| c.as_bytes().into())
+            .collect();
+        KeySpec {
+            columns,
+            remove_when,
+            wanted,
+        }
+    }
+
+    /// The key columns, in declaration order.
+    pub fn columns(&self) -> &[String] {
+        &self.columns
+    }
+
+    /// Rows that match it remove their key (`remove_when`).
+    pub fn remove_when(&self) -> Option<&Filter> {
+        self.remove_when.as_ref()
+    }
+
     /// The key of `row` (the stored, canonical JSON object bytes).
     pub fn key_of(&self, row: &[u8]) -> Result<Key, NoKey> {
         let mut out = Vec::with_capacity(24);
+        self.key_into(row, &mut out)?;
+        Ok(Key::from(out))
+    }
+
+    /// The key of `row` appended to `out` (the general path: one lookup per column).
+    fn key_into(&self, row: &[u8], out: &mut Vec<u8>) -> Result<(), NoKey> {
         for c in &self.columns {
             let no = |found| NoKey {
                 column: c.clone(),
@@ -67,30 +209,233 @@ impl KeySpec {
                         (None, Some(u)) => u as i128,
                         _ => return Err(no("a non-integer number")),
                     };
-                    out.push(TAG_INT);
-                    out.extend_from_slice(&((i as u128) ^ (1u128 << 127)).to_be_bytes());
+                    push_int(out, i);
                 }
                 JsonType::String => {
                     let s = v.as_str().ok_or_else(|| no("a string it could not read"))?;
-                    out.push(TAG_STR);
-                    for &b in s.as_bytes() {
-                        out.push(b);
-                        if b == 0 {
-                            out.push(0xff);
-                        }
-                    }
-                    out.extend_from_slice(&[0, 0]);
+                    push_str(out, s.as_bytes());
                 }
                 JsonType::Null => return Err(no("null")),
                 JsonType::Array | JsonType::Object => return Err(no("a list or object")),
             }
         }
-        Ok(out.into_boxed_slice())
+        Ok(())
     }
 
     /// Whether `row` removes its key.
     pub fn removes(&self, row: &[u8]) -> bool {
         self.remove_when.as_ref().is_some_and(|f| f.matches(row))
+    }
+
+    /// The key of `row` into `out` (cleared first) and whether the row removes it, in one pass
+    /// over the row's canonical bytes; the same answers as [`KeySpec::key_of`] and
+    /// [`KeySpec::removes`] (checked in debug builds), which it falls back to for bytes it does
+    /// not expect.
+    pub fn key_and_removes(&self, row: &[u8], out: &mut Vec<u8>) -> Result<bool, NoKey> {
+        out.clear();
+        let fast = self.fast_key_and_removes(row, out);
+        if cfg!(debug_assertions) {
+            if let Some(fast) = &fast {
+                let mut slow = Vec::new();
+                let slow_r = self.key_into(row, &mut slow).map(|()| self.removes(row));
+                assert_eq!(
+                    fast.as_ref().ok(),
+                    slow_r.as_ref().ok(),
+                    "removes: one pass vs lookups on {:?}",
+                    String::from_utf8_lossy(row)
+                );
+                if fast.is_ok() {
+                    assert_eq!(
+                        *out,
+                        slow,
+                        "key: one pass vs lookups on {:?}",
+                        String::from_utf8_lossy(row)
+                    );
+                }
+            }
+        }
+        match fast {
+            Some(r) => r,
+            None => {
+                out.clear();
+                self.key_into(row, out)?;
+                Ok(self.removes(row))
+            }
+        }
+    }
+
+    /// The one-pass path; `None`: take the general one.
+    fn fast_key_and_removes(&self, row: &[u8], out: &mut Vec<u8>) -> Option<Result<bool, NoKey>> {
+        let n = self.wanted.len();
+        if n > SCAN_MAX {
+            return None;
+        }
+        let mut found: [Option<&[u8]>; SCAN_MAX] = [None; SCAN_MAX];
+        scan_top(row, &self.wanted, &mut found[..n])?;
+        for (i, c) in self.columns.iter().enumerate() {
+            let no = |found| {
+                Some(Err(NoKey {
+                    column: c.clone(),
+                    found,
+                }))
+            };
+            let Some(raw) = found[i] else {
+                return no("nothing");
+            };
+            match raw[0] {
+                b't' => out.push(TAG_TRUE),
+                b'f' => out.push(TAG_FALSE),
+                b'n' => return no("null"),
+                b'[' | b'{' => return no("a list or object"),
+                b'"' => {
+                    let inner = &raw[1..raw.len() - 1];
+                    if inner.contains(&b'\\') {
+                        // an escape: the general path decodes it
+                        return None;
+                    }
+                    push_str(out, inner);
+                }
+                _ => {
+                    let (neg, digits) = match raw.strip_prefix(b"-") {
+                        Some(d) => (true, d),
+                        None => (false, raw),
+                    };
+                    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+                        return no("a non-integer number");
+                    }
+                    // beyond i64..=u64 the JSON parser reads a number, not an integer
+                    if digits.len() > 20 || (neg && digits.iter().all(|&d| d == b'0')) {
+                        // (`-0` too: the parser reads it as the number 0.0)
+                        return no("a non-integer number");
+                    }
+                    let m = digits
+                        .iter()
+                        .fold(0i128, |m, &d| m * 10 + i128::from(d - b'0'));
+                    let i = if neg { -m } else { m };
+                    if i < i128::from(i64::MIN) || i > i128::from(u64::MAX) {
+                        return no("a non-integer number");
+                    }
+                    push_int(out, i);
+                }
+            }
+        }
+        let removes = self
+            .remove_when
+            .as_ref()
+            .is_some_and(|f| f.matches_values(&found[self.columns.len()..n]));
+        Some(Ok(removes))
+    }
+}
+
+fn push_int(out: &mut Vec<u8>, i: i128) {
+    out.push(TAG_INT);
+    out.extend_from_slice(&((i as u128) ^ (1u128 << 127)).to_be_bytes());
+}
+
+fn push_str(out: &mut Vec<u8>, s: &[u8]) {
+    out.push(TAG_STR);
+    for &b in s {
+        out.push(b);
+        if b == 0 {
+            out.push(0xff);
+        }
+    }
+    out.extend_from_slice(&[0, 0]);
+}
+
+/// One pass over a row's canonical JSON object (compact, as the row codec writes it): the raw
+/// bytes of the top-level value of each of `names` into `found` (the first, should a name
+/// repeat). `None` for bytes that are not a compact object, or a key holding an escape — the
+/// caller then takes the general path.
+fn scan_top<'a>(row: &'a [u8], names: &[Box<[u8]>], found: &mut [Option<&'a [u8]>]) -> Option<()> {
+    let mut left = names.len();
+    let mut i = 1;
+    if row.first() != Some(&b'{') {
+        return None;
+    }
+    if row.get(1) == Some(&b'}') {
+        return Some(());
+    }
+    loop {
+        // "name":
+        if row.get(i) != Some(&b'"') {
+            return None;
+        }
+        let name_start = i + 1;
+        let name_len = row
+            .get(name_start..)?
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\')?;
+        let name = &row[name_start..name_start + name_len];
+        if row[name_start + name_len] != b'"' {
+            return None;
+        }
+        i = name_start + name_len + 1;
+        if row.get(i) != Some(&b':') {
+            return None;
+        }
+        i += 1;
+        let start = i;
+        i = skip_value(row, i)?;
+        for (slot, want) in found.iter_mut().zip(names) {
+            if slot.is_none() && **want == *name {
+                *slot = Some(&row[start..i]);
+                left -= 1;
+            }
+        }
+        if left == 0 {
+            return Some(());
+        }
+        match row.get(i) {
+            Some(b',') => i += 1,
+            Some(b'}') => return Some(()),
+            _ => return None,
+        }
+    }
+}
+
+/// The end of the JSON value starting at `i`.
+fn skip_value(row: &[u8], mut i: usize) -> Option<usize> {
+    match *row.get(i)? {
+        b'"' => skip_string(row, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            loop {
+                match *row.get(i)? {
+                    b'"' => {
+                        i = skip_string(row, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        _ => {
+            let end = row[i..]
+                .iter()
+                .position(|&b| matches!(b, b',' | b'}' | b']'))?;
+            (end > 0).then_some(i + end)
+        }
+    }
+}
+
+/// The end of the JSON string starting (at its `"`) at `i`.
+fn skip_string(row: &[u8], mut i: usize) -> Option<usize> {
+    i += 1;
+    loop {
+        match *row.get(i)? {
+            b'"' => return Some(i + 1),
+            b'\\' => i += 2,
+            _ => i += 1,
+        }
     }
 }
 
@@ -101,8 +446,14 @@ pub struct Entry {
     pub version: u64,
     /// The commit's timestamp, µs since the epoch.
     pub ts_us: i64,
-    /// The row's stored bytes (the wire payload's third element).
-    pub row: Box<[u8]>,
+    /// The row's stored bytes (the wire payload's third element). A later row of the same key
+    /// is copied into this buffer (no allocation unless it is longer).
+    pub row: Vec<u8>,
+    /// The key did not exist at any offset in `absent.0..absent.1` (the entity was created at
+    /// `absent.1`, after a removal at `absent.0`, or with none remembered: `absent.0 == 0`),
+    /// so a change token in `absent.0 + 1..=absent.1` was issued for a copy that cannot hold
+    /// it. `(0, 0)`: not known (an entity read from a checkpoint).
+    pub absent: (u64, u64),
 }
 
 /// What one row did.
@@ -126,7 +477,11 @@ pub enum Applied {
 /// The latest row per key, up to `position` (every row below it folded in).
 #[derive(Debug, Clone)]
 pub struct StateMap {
-    entries: BTreeMap<Key, Entry>,
+    /// The entities by key: what the fold looks up on every row.
+    entries: FxHashMap<Key, Entry>,
+    /// The same keys in key order (the collection's windows), changed only when a key comes or
+    /// goes, not when its row is replaced.
+    order: BTreeSet<Key>,
     /// The offset of the next row to fold.
     position: u64,
     max_keys: usize,
@@ -136,12 +491,14 @@ pub struct StateMap {
     row_bytes: usize,
     /// Keys removed by `remove_when`, with the removing row's offset (for `/changes`), at
     /// most `max_keys`; the oldest go first.
-    tombstones: BTreeMap<Key, u64>,
+    tombstones: FxHashMap<Key, u64>,
     /// The same tombstones by offset.
     tombstones_by_offset: BTreeMap<u64, Key>,
     /// Changes from this offset on are all known: removals below it may have been forgotten
     /// (the state was built or recovered here, or tombstones were dropped at the bound).
     changes_floor: u64,
+    /// The key of the row being folded (reused: no allocation per row for a known key).
+    scratch: Vec<u8>,
 }
 
 impl StateMap {
@@ -149,14 +506,16 @@ impl StateMap {
     pub fn new(position: u64, max_keys: usize) -> StateMap {
         assert!(max_keys >= 1, "max_keys is at least 1");
         StateMap {
-            entries: BTreeMap::new(),
+            entries: FxHashMap::default(),
+            order: BTreeSet::new(),
             position,
             max_keys,
             incomplete: false,
             row_bytes: 0,
-            tombstones: BTreeMap::new(),
+            tombstones: FxHashMap::default(),
             tombstones_by_offset: BTreeMap::new(),
             changes_floor: position,
+            scratch: Vec::with_capacity(32),
         }
     }
 
@@ -183,7 +542,8 @@ impl StateMap {
         m.row_bytes = entries.values().map(|e| e.row.len()).sum();
         // a checkpoint taken under a larger max_keys: more entities than allowed now
         m.incomplete = entries.len() > max_keys;
-        m.entries = entries;
+        m.order = entries.keys().cloned().collect();
+        m.entries = entries.into_iter().collect();
         m.changes_floor = changes_floor;
         for (k, at) in tombstones {
             assert!(at < position, "a removal is below the state's position");
@@ -243,13 +603,27 @@ impl StateMap {
             "rows are folded in offset order, none skipped"
         );
         self.position = offset + 1;
-        let key = match spec.key_of(row) {
-            Ok(k) => k,
-            Err(e) => return Applied::NoKey(e),
+        let mut key = std::mem::take(&mut self.scratch);
+        let applied = match spec.key_and_removes(row, &mut key) {
+            Ok(removes) => self.apply_keyed(&key, removes, offset, ts_us, row),
+            Err(e) => Applied::NoKey(e),
         };
-        if spec.removes(row) {
-            return match self.entries.remove(&key) {
-                Some(old) => {
+        self.scratch = key;
+        applied
+    }
+
+    fn apply_keyed(
+        &mut self,
+        key: &[u8],
+        removes: bool,
+        offset: u64,
+        ts_us: i64,
+        row: &[u8],
+    ) -> Applied {
+        if removes {
+            return match self.entries.remove_entry(key) {
+                Some((key, old)) => {
+                    self.order.remove(&key);
                     self.row_bytes -= old.row.len();
                     self.tombstone(key, offset);
                     Applied::Removed
@@ -257,32 +631,43 @@ impl StateMap {
                 None => Applied::RemovedAbsent,
             };
         }
-        let entry = Entry {
-            version: offset,
-            ts_us,
-            row: row.into(),
-        };
-        let full = self.entries.len() >= self.max_keys;
-        match self.entries.get_mut(&key) {
-            Some(e) => {
-                self.row_bytes = self.row_bytes - e.row.len() + entry.row.len();
-                *e = entry;
-                Applied::Updated
-            }
-            None if full => {
-                self.incomplete = true;
-                Applied::Refused
-            }
-            None => {
-                self.row_bytes += entry.row.len();
-                if let Some(at) = self.tombstones.remove(&key) {
-                    self.tombstones_by_offset.remove(&at);
-                }
-                self.entries.insert(key, entry);
-                debug_assert!(self.entries.len() <= self.max_keys);
-                Applied::Inserted
+        if let Some(e) = self.entries.get_mut(key) {
+            self.row_bytes = self.row_bytes - e.row.len() + row.len();
+            e.version = offset;
+            e.ts_us = ts_us;
+            e.row.clear();
+            e.row.extend_from_slice(row);
+            return Applied::Updated;
+        }
+        if self.entries.len() >= self.max_keys {
+            self.incomplete = true;
+            return Applied::Refused;
+        }
+        self.row_bytes += row.len();
+        // with no removal remembered, none a valid token could miss was forgotten either
+        // (forgetting one raises the changes floor past it): the key was absent since before
+        // any token still answered
+        let mut absent_from = 0;
+        if !self.tombstones.is_empty() {
+            if let Some(at) = self.tombstones.remove(key) {
+                self.tombstones_by_offset.remove(&at);
+                absent_from = at;
             }
         }
+        let key = Key::from(key);
+        self.order.insert(key.clone());
+        self.entries.insert(
+            key,
+            Entry {
+                version: offset,
+                ts_us,
+                row: row.to_vec(),
+                absent: (absent_from, offset),
+            },
+        );
+        debug_assert!(self.entries.len() <= self.max_keys);
+        debug_assert_eq!(self.entries.len(), self.order.len());
+        Applied::Inserted
     }
 
     fn tombstone(&mut self, key: Key, offset: u64) {
@@ -325,8 +710,9 @@ impl StateMap {
         let mut out = Vec::new();
         let mut bytes = 0usize;
         let mut it = self
-            .entries
+            .order
             .range::<[u8], _>((lower, Bound::Unbounded))
+            .map(|k| (k, &self.entries[k]))
             .filter(|(_, e)| filter.is_none_or(|f| f.matches(&e.row)));
         for (k, e) in it.by_ref() {
             out.push((k, e));
@@ -356,11 +742,15 @@ impl StateMap {
             .entries
             .iter()
             .filter(|(_, e)| e.version >= since)
-            .map(|(k, e)| {
+            .filter_map(|(k, e)| {
                 if filter.is_none_or(|f| f.matches(&e.row)) {
-                    Change::Upsert(k, e)
+                    Some(Change::Upsert(k, e))
+                } else if e.absent.0 < since && since <= e.absent.1 {
+                    // created since the token: the reader's copy never held it
+                    None
                 } else {
-                    Change::Left(k, e.version)
+                    // it may be in the copy (its row at the token is not kept): said gone
+                    Some(Change::Left(k, e.version))
                 }
             })
             .collect();
@@ -380,18 +770,20 @@ impl StateMap {
 
     /// The entities whose row passes `filter`, in version (offset) order.
     pub fn selected_by_version(&self, filter: Option<&Filter>) -> Vec<&Entry> {
-        let mut v: Vec<&Entry> = self
+        // sorted by the version held beside each reference: comparing never reads an entry
+        let mut v: Vec<(u64, &Entry)> = self
             .entries
             .values()
             .filter(|e| filter.is_none_or(|f| f.matches(&e.row)))
+            .map(|e| (e.version, e))
             .collect();
-        v.sort_unstable_by_key(|e| e.version);
-        v
+        v.sort_unstable_by_key(|(version, _)| *version);
+        v.into_iter().map(|(_, e)| e).collect()
     }
 
     /// Every entity in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&Key, &Entry)> {
-        self.entries.iter()
+        self.order.iter().map(|k| (k, &self.entries[k]))
     }
 
     /// The entity of `key`.
@@ -489,10 +881,10 @@ mod tests {
 
     fn spec(columns: &[&str], remove_when: Option<&str>) -> KeySpec {
         let any = |_: &str| ColumnLookup::Scalar;
-        KeySpec {
-            columns: columns.iter().map(|c| c.to_string()).collect(),
-            remove_when: remove_when.map(|w| Filter::parse(w, Some(&any)).expect("filter")),
-        }
+        KeySpec::new(
+            columns.iter().map(|c| c.to_string()).collect(),
+            remove_when.map(|w| Filter::parse(w, Some(&any)).expect("filter")),
+        )
     }
 
     #[test]
@@ -597,6 +989,26 @@ mod tests {
     }
 
     #[test]
+    fn keys_in_line_and_on_the_heap_order_and_match_as_their_bytes() {
+        let s = spec(&["k"], None);
+        let k = |v: &str| s.key_of(format!(r#"{{"k":"{v}"}}"#).as_bytes()).unwrap();
+        let long = "x".repeat(40);
+        let longer = format!("{long}y");
+        assert!(k("x").len() <= KEY_INLINE && k(&long).len() > KEY_INLINE);
+        assert!(k("x") < k(&long) && k(&long) < k(&longer) && k(&longer) < k("y"));
+        let mut m = StateMap::new(1, 10);
+        for (i, v) in ["y", &longer, "x", &long].iter().enumerate() {
+            m.apply(&s, 1 + i as u64, 0, format!(r#"{{"k":"{v}"}}"#).as_bytes());
+        }
+        let order: Vec<&[u8]> = m.iter().map(|(k, _)| k.as_bytes()).collect();
+        let mut sorted = order.clone();
+        sorted.sort();
+        assert_eq!(order, sorted, "key order is byte order");
+        assert_eq!(m.get(&k(&long)).map(|e| e.version), Some(4));
+        assert_eq!(m.get(&k("y")).map(|e| e.version), Some(1));
+    }
+
+    #[test]
     fn keys_render_back_as_their_values() {
         let s = spec(&["a", "b", "c"], None);
         let k = s.key_of(br#"{"a":-12,"b":"x\"\u0000y","c":true}"#).unwrap();
@@ -663,6 +1075,45 @@ mod tests {
         let m2 = StateMap::new(10, 4);
         assert!(m2.changes(None, 9, 10).is_none());
         assert!(m2.changes(None, 11, 10).is_none(), "ahead of the state");
+    }
+
+    #[test]
+    fn departures_leave_out_keys_the_copy_cannot_hold() {
+        let s = spec(&["k"], Some(r#"{"gone":true}"#));
+        let any = |_: &str| ColumnLookup::Scalar;
+        let pending = Filter::parse(r#"{"status":"pending"}"#, Some(&any)).unwrap();
+        let mut m = StateMap::new(1, 100);
+        m.apply(&s, 1, 0, br#"{"k":1,"status":"pending","gone":false}"#);
+        m.apply(&s, 2, 0, br#"{"k":2,"status":"filled","gone":false}"#);
+        m.apply(&s, 3, 0, br#"{"k":3,"status":"pending","gone":false}"#);
+        m.apply(&s, 4, 0, br#"{"k":3,"status":"x","gone":true}"#);
+        let token = m.position();
+        // created after the token and never in the selection: not in the copy, not reported
+        m.apply(&s, 5, 0, br#"{"k":9,"status":"filled","gone":false}"#);
+        // created after the token, then out of the selection: not in the copy either
+        m.apply(&s, 6, 0, br#"{"k":8,"status":"pending","gone":false}"#);
+        m.apply(&s, 7, 0, br#"{"k":8,"status":"filled","gone":false}"#);
+        // removed before the token, back after it out of the selection: not in the copy
+        m.apply(&s, 8, 0, br#"{"k":3,"status":"filled","gone":false}"#);
+        // in the copy, then out of it: reported
+        m.apply(&s, 9, 0, br#"{"k":1,"status":"filled","gone":false}"#);
+        // there at the token but its row then is not kept: reported, as it may be in the copy
+        m.apply(&s, 10, 0, br#"{"k":2,"status":"filled","gone":false}"#);
+        let (changes, _) = m.changes(Some(&pending), token, 10).unwrap();
+        let got: Vec<(&str, u64)> = changes
+            .iter()
+            .map(|c| match c {
+                Change::Upsert(_, e) => ("upsert", e.version),
+                Change::Left(_, v) => ("left", *v),
+                Change::Removed(_, v) => ("removed", *v),
+            })
+            .collect();
+        assert_eq!(got, [("left", 9), ("left", 10)]);
+        // a token from before key 3 was removed: it may hold 3, so 3's departure is reported
+        let (changes, _) = m.changes(Some(&pending), 4, 10).unwrap();
+        assert!(changes
+            .iter()
+            .any(|c| matches!(c, Change::Left(k, 8) if **k == s.key_of(br#"{"k":3}"#).unwrap())));
     }
 
     #[test]

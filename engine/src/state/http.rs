@@ -87,6 +87,10 @@ fn unavailable(why: Unavailable) -> Refused {
             retry_after: true,
             ..Refused::new(503, "state_busy", "the state thread's request queue is full; retry later")
         },
+        Unavailable::OverBudget => Refused {
+            retry_after: true,
+            ..Refused::new(503, "state_busy", super::OVER_BUDGET_MESSAGE)
+        },
         Unavailable::Incomplete => Refused::new(
             503,
             "state_incomplete",
@@ -214,7 +218,7 @@ pub async fn window(st: &Stream, ask: WindowAsk<'_>, caller: &str) -> Result<Vec
         }
     };
     let w = k
-        .window(filter, after.clone().map(Vec::into_boxed_slice), limit)
+        .window(filter, after.clone().map(super::fold::Key::from), limit)
         .await
         .map_err(unavailable)?;
     // every window of one read hands on the first window's position: the changes since it
@@ -291,21 +295,16 @@ pub async fn changes(st: &Stream, q: &Query, caller: &str) -> Result<Vec<u8>, Re
             ),
         )
     };
-    let expired = || {
-        Refused::new(
-            410,
-            "token_expired",
-            format!(
-                "this token is past the horizon of what the log still holds: discard the copy and read the state again (GET /v1/streams/{}/state)",
-                st.cfg.name
-            ),
-        )
-    };
+    let expired = |message: String| Refused::new(410, "token_expired", message);
     let p = key.verify_blob(&b, token, now).map_err(|e| match e {
         CursorError::Invalid => {
             invalid("was not issued for this stream, its key and this caller, or was altered")
         }
-        CursorError::Expired => expired(),
+        CursorError::Expired => expired(format!(
+            "this token is older than a token lives ({} days): discard your copy and read the state again (GET /v1/streams/{}/state), then follow the token that read returns",
+            TOKEN_TTL_S / 86_400,
+            st.cfg.name
+        )),
     })?;
     let carried = Carried::decode(&p).ok_or_else(|| invalid("is damaged"))?;
     if carried.kind != KIND_TOKEN {
@@ -336,7 +335,7 @@ pub async fn changes(st: &Stream, q: &Query, caller: &str) -> Result<Vec<u8>, Re
         .changes(filter, carried.position, limit)
         .await
         .map_err(unavailable)?
-        .ok_or_else(expired)?;
+        .map_err(|e| expired(e.message(&st.cfg.name)))?;
     let t = Carried {
         kind: KIND_TOKEN,
         position: c.next,

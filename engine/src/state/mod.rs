@@ -87,8 +87,14 @@ pub struct StateStats {
     pub snapshots: AtomicU64,
     /// Entities sent in snapshots.
     pub snapshot_entities: AtomicU64,
-    /// Reads refused (busy, incomplete).
+    /// Reads refused (busy, incomplete, over the snapshot budget).
     pub reads_refused: AtomicU64,
+    /// Bytes of rendered `?state` snapshots sessions hold now (not yet written to their
+    /// readers), against `state_snapshot_budget_bytes`; each [`SnapshotHold`] gives its share
+    /// back as it is written or dropped.
+    pub snapshot_bytes_held: Arc<AtomicU64>,
+    /// `?state` joins refused because the snapshot budget was taken.
+    pub snapshots_refused_budget: AtomicU64,
 }
 
 /// Why a read of the state is not answered.
@@ -96,17 +102,23 @@ pub struct StateStats {
 pub enum Unavailable {
     /// The request queue is full: try again.
     Busy,
+    /// The snapshots other readers are still receiving hold the stream's
+    /// `state_snapshot_budget_bytes`: try again.
+    OverBudget,
     /// The state lacks something (a key refused at `max_keys`, or history lost).
     Incomplete,
     /// The state thread has stopped (shutdown).
     Stopped,
 }
 
+/// What the reader is told when the snapshot budget is taken.
+pub const OVER_BUDGET_MESSAGE: &str = "the stream's state_snapshot_budget_bytes is held by snapshots other readers are still receiving; retry later";
+
 impl Unavailable {
     /// The error code clients see.
     pub fn code(self) -> &'static str {
         match self {
-            Unavailable::Busy => "state_busy",
+            Unavailable::Busy | Unavailable::OverBudget => "state_busy",
             Unavailable::Incomplete => "state_incomplete",
             Unavailable::Stopped => "state_stopped",
         }
@@ -124,6 +136,55 @@ pub struct Snapshot {
     /// The rendered frames (WebSocket) or events (SSE), in version order, ≤
     /// [`SNAPSHOT_CHUNK_BYTES`] each (one larger row alone).
     pub chunks: Vec<Bytes>,
+    /// The chunks' claim on the stream's snapshot budget: the session releases it as it
+    /// writes them; what is left goes when it is dropped.
+    pub hold: SnapshotHold,
+}
+
+impl Snapshot {
+    /// Bytes of the rendered chunks.
+    pub fn bytes(&self) -> u64 {
+        self.chunks.iter().map(|c| c.len() as u64).sum()
+    }
+}
+
+/// Bytes of a snapshot counted in its stream's `corecast_state_snapshot_bytes_held` until
+/// they are written to the reader ([`SnapshotHold::release`]) or the session drops them (the
+/// rest is given back on drop, however the session ends).
+#[derive(Default)]
+pub struct SnapshotHold {
+    held: Option<Arc<AtomicU64>>,
+    left: u64,
+}
+
+impl SnapshotHold {
+    fn take(held: &Arc<AtomicU64>, bytes: u64) -> SnapshotHold {
+        held.fetch_add(bytes, Ordering::AcqRel);
+        SnapshotHold {
+            held: Some(held.clone()),
+            left: bytes,
+        }
+    }
+
+    /// `bytes` of the snapshot were written (or dropped): no longer counted.
+    pub fn release(&mut self, bytes: u64) {
+        let n = bytes.min(self.left);
+        self.left -= n;
+        if let Some(h) = &self.held {
+            h.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+
+    /// Bytes still counted.
+    pub fn left(&self) -> u64 {
+        self.left
+    }
+}
+
+impl Drop for SnapshotHold {
+    fn drop(&mut self) {
+        self.release(self.left);
+    }
 }
 
 /// A request to a state thread.
@@ -157,7 +218,7 @@ pub enum Request {
         /// Changes at most.
         limit: usize,
         /// Where the answer goes: `Ok(None)` when the token is past the horizon.
-        reply: flume::Sender<Result<Option<Changes>, Unavailable>>,
+        reply: flume::Sender<Result<Result<Changes, Expired>, Unavailable>>,
     },
     /// Fold what is queued, checkpoint, exit.
     Stop,
@@ -190,6 +251,53 @@ pub struct Changes {
     pub next: u64,
 }
 
+/// Why a change token can no longer be answered (`token_expired`): what changed since it
+/// cannot be told whole, so the reader discards its copy and reads the state again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expired {
+    /// Retention dropped the rows from the token's offset on.
+    LogDropped {
+        /// The token's offset.
+        since: u64,
+        /// The log's first offset now.
+        earliest: u64,
+    },
+    /// Removals after the token's offset are no longer remembered: the state remembers
+    /// removed keys from `floor` on (at most `max_keys` of them, and none from before it was
+    /// built or recovered without them).
+    RemovalsForgotten {
+        /// The token's offset.
+        since: u64,
+        /// The oldest offset whose removals are all remembered.
+        floor: u64,
+    },
+    /// The token is ahead of the state (which was rebuilt from less than the token saw).
+    Ahead {
+        /// The token's offset.
+        since: u64,
+        /// The state's position.
+        position: u64,
+    },
+}
+
+impl Expired {
+    /// What the reader is told (`stream` names the state to read again).
+    pub fn message(&self, stream: &str) -> String {
+        let again = format!("discard your copy and read the state again (GET /v1/streams/{stream}/state), then follow the token that read returns");
+        match *self {
+            Expired::LogDropped { since, earliest } => format!(
+                "this token is at offset {since}, but the log now starts at offset {earliest} (retention dropped the rows in between), so what changed since cannot be told: {again}"
+            ),
+            Expired::RemovalsForgotten { since, floor } => format!(
+                "keys removed after this token's offset {since} are no longer remembered (removals are remembered from offset {floor} on, at most max_keys of them), so your copy may still hold keys that are gone: {again}"
+            ),
+            Expired::Ahead { since, position } => format!(
+                "this token is at offset {since}, ahead of the state (at offset {position}; it was rebuilt from less than the token saw): {again}"
+            ),
+        }
+    }
+}
+
 /// Row bytes after which a window or a changes answer ends (as a pull page).
 pub const ANSWER_BYTES_MAX: usize = crate::session::pull::PAGE_BYTES_MAX;
 
@@ -220,6 +328,8 @@ pub struct Keyed {
     pub max_keys: usize,
     /// How often the state is checkpointed (when it moved).
     pub checkpoint_every: Duration,
+    /// Bytes of rendered snapshots its sessions may hold at once (`state_snapshot_budget_bytes`).
+    pub snapshot_budget: u64,
     /// Counters.
     pub stats: StateStats,
     /// The log's end when the stream was opened: recovery folds the tail up to it, the live
@@ -240,6 +350,7 @@ impl Keyed {
             spec,
             max_keys: cfg.max_keys,
             checkpoint_every: cfg.checkpoint_every,
+            snapshot_budget: cfg.state_snapshot_budget_bytes,
             stats: StateStats::default(),
             opened_end,
             batches: btx,
@@ -292,7 +403,7 @@ impl Keyed {
         filter: Option<Filter>,
         since: u64,
         limit: usize,
-    ) -> Result<Option<Changes>, Unavailable> {
+    ) -> Result<Result<Changes, Expired>, Unavailable> {
         self.ask(|reply| Request::Changes {
             filter,
             since,
@@ -383,10 +494,7 @@ pub fn spec_for(cfg: &StreamConfig, schema: Option<&Schema>) -> Result<KeySpec, 
                 })?)
             }
         };
-    Ok(KeySpec {
-        columns: cfg.key.clone(),
-        remove_when,
-    })
+    Ok(KeySpec::new(cfg.key.clone(), remove_when))
 }
 
 /// The entities of `map` whose latest row passes `filter`, in version order, rendered as
@@ -427,6 +535,7 @@ pub fn render_snapshot(map: &StateMap, filter: Option<&Filter>, rendering: Rende
         first: selected.first().map(|e| e.version),
         entities: selected.len() as u64,
         chunks,
+        hold: SnapshotHold::default(),
     }
 }
 
@@ -817,16 +926,27 @@ impl Thread {
         filter: Option<&Filter>,
         since: u64,
         limit: usize,
-    ) -> Result<Option<Changes>, Unavailable> {
+    ) -> Result<Result<Changes, Expired>, Unavailable> {
         if self.map.incomplete() {
             return Err(Unavailable::Incomplete);
         }
         // the log's horizon too: rows below it are no longer held anywhere
-        if since < self.st.earliest.load(Ordering::Acquire) {
-            return Ok(None);
+        let earliest = self.st.earliest.load(Ordering::Acquire);
+        if since < earliest {
+            return Ok(Err(Expired::LogDropped { since, earliest }));
         }
         let Some((changes, mut next)) = self.map.changes(filter, since, limit) else {
-            return Ok(None);
+            return Ok(Err(if since > self.map.position() {
+                Expired::Ahead {
+                    since,
+                    position: self.map.position(),
+                }
+            } else {
+                Expired::RemovalsForgotten {
+                    since,
+                    floor: self.map.changes_floor(),
+                }
+            }));
         };
         let mut out = Vec::new();
         let mut bytes = 0usize;
@@ -856,7 +976,7 @@ impl Thread {
             bytes += out.len() - before;
             count += 1;
         }
-        Ok(Some(Changes {
+        Ok(Ok(Changes {
             at: self.map.position(),
             changes_json: out,
             count,
@@ -872,8 +992,25 @@ impl Thread {
         if self.map.incomplete() {
             return Err(Unavailable::Incomplete);
         }
-        let snap = render_snapshot(&self.map, filter, rendering);
-        let s = &self.keyed().stats;
+        let k = self.keyed();
+        let s = &k.stats;
+        // only this thread adds to what is held (sessions only give back), so what it reads
+        // here is at most what is held when it adds; one snapshot alone is always served,
+        // however large, or a state bigger than the budget could never be read
+        let over = |held: u64, more: u64| held > 0 && held.saturating_add(more) > k.snapshot_budget;
+        let refused = || {
+            s.snapshots_refused_budget.fetch_add(1, Ordering::Relaxed);
+            Err(Unavailable::OverBudget)
+        };
+        if over(s.snapshot_bytes_held.load(Ordering::Acquire), 1) {
+            return refused();
+        }
+        let mut snap = render_snapshot(&self.map, filter, rendering);
+        let bytes = snap.bytes();
+        if over(s.snapshot_bytes_held.load(Ordering::Acquire), bytes) {
+            return refused();
+        }
+        snap.hold = SnapshotHold::take(&s.snapshot_bytes_held, bytes);
         s.snapshots.fetch_add(1, Ordering::Relaxed);
         s.snapshot_entities
             .fetch_add(snap.entities, Ordering::Relaxed);
