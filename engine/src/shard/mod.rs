@@ -439,7 +439,11 @@ async fn inbox_loop(ctx: &Rc<ShardCtx>, inbox: flume::Receiver<ShardMsg>) {
         }
         if let Some(deadline) = drain_deadline {
             ctx.raise_all();
-            let live = ctx.sessions.borrow().iter().any(|(_, w)| w.strong_count() > 0);
+            let live = ctx
+                .sessions
+                .borrow()
+                .iter()
+                .any(|(_, w)| w.strong_count() > 0);
             let pubs = ctx.shared.publishers_open.load(Ordering::SeqCst);
             if (!live && pubs == 0) || Instant::now() > deadline + Duration::from_secs(5) {
                 return;
