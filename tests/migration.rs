@@ -375,6 +375,11 @@ fn a_migration_under_pipelined_publishing_loses_nothing_and_continues_at_the_sea
         .data()
         .join("m/published/m/metadata/version-hint.text");
     assert!(old_table.exists(), "the old log's table is published");
+    assert_eq!(
+        hot_segments(&setup.data().join("m/log")),
+        Vec::<String>::new(),
+        "the old log's hot segments are deleted once it is sealed and published"
+    );
 
     // the new log: the new schema
     assert_eq!(
@@ -566,6 +571,25 @@ fn killed_mid_migration(point: Option<&str>) {
         "migrated once: {m}"
     );
     assert!(!setup.data().join("k/logs/k-v3").exists());
+    assert_eq!(
+        hot_segments(&setup.data().join("k/log")),
+        Vec::<String>::new(),
+        "after a kill at {point:?}: the old log's hot segments are deleted"
+    );
+}
+
+/// The segment files (`*.seg`, the spare included) in a log directory.
+fn hot_segments(log_dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(log_dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".seg"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
 }
 
 #[test]

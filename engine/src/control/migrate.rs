@@ -236,7 +236,24 @@ pub fn migrate_log(
     };
     drop(reader);
     drop(index);
+    // Every row of the old log is in its sealed segments and its table now, and nothing reads
+    // it below the seam from the hot log again (a subscriber there gets 4416 evicted): its hot
+    // segments are deleted (each a preallocated `segment_bytes` file), the floor and frontier
+    // kept at the seam. A crash after this reruns the migration on an empty log at the same
+    // frontier, whose seal and publish have nothing left to do.
+    let mut buffer = buffer;
+    buffer
+        .evict_below(seam)
+        .map_err(|e| format!("deleting the old log's hot segments: {e}"))?;
     drop(buffer);
+    let spare = dir
+        .join(corecast_storage::log::LOG_DIR_NAME)
+        .join(corecast_storage::log::segment::SPARE_FILE_NAME);
+    match std::fs::remove_file(&spare) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("deleting the old log's spare segment: {e}")),
+    }
     generations::save(&home, &after)?;
     fault("committed");
     write_metadata(cfg, &home, &after, s3, seam)?;
