@@ -843,6 +843,44 @@ impl ControlThread {
         }
     }
 
+    /// The stream's row when `call`'s If-Match names its current revision, else the refusal:
+    /// 428 without If-Match (`what` needs it: "a migration", ...), 412 for a malformed or stale
+    /// ETag, 404 for no stream `name`.
+    fn matched_row(name: &str, row: Option<Row>, call: &Call, what: &str) -> Result<Row, Answer> {
+        let Some(im) = call.if_match.as_deref() else {
+            return Err(Answer::error(
+                428,
+                "precondition_required",
+                &format!("{what} needs If-Match with the stream's ETag"),
+            ));
+        };
+        let Some(rev) = parse_etag(im) else {
+            return Err(Answer::error(
+                412,
+                "precondition_malformed",
+                "If-Match takes one quoted decimal revision, the ETag of GET, e.g. \"3\"",
+            ));
+        };
+        let Some(row) = row else {
+            return Err(Answer::error(
+                404,
+                "not_found",
+                &format!("no stream {name}"),
+            ));
+        };
+        if row.revision != rev {
+            return Err(Answer::error(
+                412,
+                "precondition_failed",
+                &format!(
+                    "stream {name} is at revision {}, not {rev}; GET it and retry with its ETag",
+                    row.revision
+                ),
+            ));
+        }
+        Ok(row)
+    }
+
     fn prepare_desired(
         &self,
         name: &str,
@@ -851,33 +889,10 @@ impl ControlThread {
         body: &Value,
     ) -> rusqlite::Result<Prepared> {
         let refuse = |s: u16, code: &str, m: &str| Ok(Prepared::Refused(Answer::error(s, code, m)));
-        let Some(im) = call.if_match.as_deref() else {
-            return refuse(
-                428,
-                "precondition_required",
-                "a change of desired state needs If-Match with the stream's ETag",
-            );
+        let row = match Self::matched_row(name, row, call, "a change of desired state") {
+            Ok(row) => row,
+            Err(refusal) => return Ok(Prepared::Refused(refusal)),
         };
-        let Some(rev) = parse_etag(im) else {
-            return refuse(
-                412,
-                "precondition_malformed",
-                "If-Match takes one quoted decimal revision, the ETag of GET, e.g. \"3\"",
-            );
-        };
-        let Some(row) = row else {
-            return refuse(404, "not_found", &format!("no stream {name}"));
-        };
-        if row.revision != rev {
-            return refuse(
-                412,
-                "precondition_failed",
-                &format!(
-                    "stream {name} is at revision {}, not {rev}; GET it and retry with its ETag",
-                    row.revision
-                ),
-            );
-        }
         let state = match body.as_object() {
             Some(o) if o.len() == 1 => o.get("state").and_then(Value::as_str),
             _ => None,
@@ -919,33 +934,10 @@ impl ControlThread {
         body: &Value,
     ) -> rusqlite::Result<Prepared> {
         let refuse = |s: u16, code: &str, m: &str| Ok(Prepared::Refused(Answer::error(s, code, m)));
-        let Some(im) = call.if_match.as_deref() else {
-            return refuse(
-                428,
-                "precondition_required",
-                "a migration needs If-Match with the stream's ETag",
-            );
+        let row = match Self::matched_row(name, row, call, "a migration") {
+            Ok(row) => row,
+            Err(refusal) => return Ok(Prepared::Refused(refusal)),
         };
-        let Some(rev) = parse_etag(im) else {
-            return refuse(
-                412,
-                "precondition_malformed",
-                "If-Match takes one quoted decimal revision, the ETag of GET, e.g. \"3\"",
-            );
-        };
-        let Some(row) = row else {
-            return refuse(404, "not_found", &format!("no stream {name}"));
-        };
-        if row.revision != rev {
-            return refuse(
-                412,
-                "precondition_failed",
-                &format!(
-                    "stream {name} is at revision {}, not {rev}; GET it and retry with its ETag",
-                    row.revision
-                ),
-            );
-        }
         let Some(obj) = body.as_object() else {
             return refuse(
                 400,
