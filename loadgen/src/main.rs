@@ -254,6 +254,20 @@ struct SubSlot {
     closed: bool,
 }
 
+/// A subscriber that ran to its end: counted as done, its outcome kept for the report.
+fn sub_finished(shared: &Shared, out: &RefCell<ThreadOut>, outcome: SubOutcome) {
+    shared.subs_done.fetch_add(1, AcqRel);
+    out.borrow_mut().subs.push(outcome);
+}
+
+/// A subscriber whose connection could not open: counted, the run aborted, the error kept
+/// (`who` names the kind of connection).
+fn open_failed(shared: &Shared, out: &RefCell<ThreadOut>, who: &str, e: impl std::fmt::Display) {
+    shared.open_failed.fetch_add(1, AcqRel);
+    shared.abort.store(true, Relaxed);
+    out.borrow_mut().open_errors.push(format!("{who}: {e}"));
+}
+
 /// Registers a subscriber that got its greeting (corecast) or its subscription (NATS): its
 /// state from `start` with replay up to `replay_end`, its write half for the final close, its
 /// greeting time, and its slot on the lag board.
@@ -501,23 +515,22 @@ async fn thread_body(
                             lat,
                         )
                         .await;
-                        shared.subs_done.fetch_add(1, AcqRel);
-                        out.borrow_mut().subs.push(SubOutcome {
-                            result: r,
-                            start: 1,
-                            next: st.next.get(),
-                            replay_end: 1,
-                            connect_at,
-                            greeting_us,
-                            replay_done_at: None,
-                        });
+                        sub_finished(
+                            &shared,
+                            &out,
+                            SubOutcome {
+                                result: r,
+                                start: 1,
+                                next: st.next.get(),
+                                replay_end: 1,
+                                connect_at,
+                                greeting_us,
+                                replay_done_at: None,
+                            },
+                        );
                     }
                     Err(e) => {
-                        shared.open_failed.fetch_add(1, AcqRel);
-                        shared.abort.store(true, Relaxed);
-                        out.borrow_mut()
-                            .open_errors
-                            .push(format!("subscriber: {e}"));
+                        open_failed(&shared, &out, "subscriber", e);
                     }
                 }
                 done.set(done.get() + 1);
@@ -558,23 +571,22 @@ async fn thread_body(
                         );
                         let r =
                             raw::run_sub(cfg, shared.clone(), st.clone(), o.rd, o.buf, lat).await;
-                        shared.subs_done.fetch_add(1, AcqRel);
-                        out.borrow_mut().subs.push(SubOutcome {
-                            result: r,
-                            start: 1,
-                            next: st.next.get(),
-                            replay_end: 1,
-                            connect_at,
-                            greeting_us,
-                            replay_done_at: None,
-                        });
+                        sub_finished(
+                            &shared,
+                            &out,
+                            SubOutcome {
+                                result: r,
+                                start: 1,
+                                next: st.next.get(),
+                                replay_end: 1,
+                                connect_at,
+                                greeting_us,
+                                replay_done_at: None,
+                            },
+                        );
                     }
                     Err(e) => {
-                        shared.open_failed.fetch_add(1, AcqRel);
-                        shared.abort.store(true, Relaxed);
-                        out.borrow_mut()
-                            .open_errors
-                            .push(format!("subscriber: {e}"));
+                        open_failed(&shared, &out, "subscriber", e);
                     }
                 }
                 done.set(done.get() + 1);
@@ -616,23 +628,22 @@ async fn thread_body(
                     );
                     let r =
                         subscriber::run(cfg, shared.clone(), st.clone(), o.rd, o.buf, lat).await;
-                    shared.subs_done.fetch_add(1, AcqRel);
-                    out.borrow_mut().subs.push(SubOutcome {
-                        result: r,
-                        start,
-                        next: st.next.get(),
-                        replay_end,
-                        connect_at,
-                        greeting_us,
-                        replay_done_at: st.replay_done_at.get(),
-                    });
+                    sub_finished(
+                        &shared,
+                        &out,
+                        SubOutcome {
+                            result: r,
+                            start,
+                            next: st.next.get(),
+                            replay_end,
+                            connect_at,
+                            greeting_us,
+                            replay_done_at: st.replay_done_at.get(),
+                        },
+                    );
                 }
                 Err(e) => {
-                    shared.open_failed.fetch_add(1, AcqRel);
-                    shared.abort.store(true, Relaxed);
-                    out.borrow_mut()
-                        .open_errors
-                        .push(format!("subscriber: {e}"));
+                    open_failed(&shared, &out, "subscriber", e);
                 }
             }
             done.set(done.get() + 1);
