@@ -1188,3 +1188,242 @@ fn a_neighbours_subscribers_lose_nothing_while_streams_are_created_stopped_and_r
         p99(&busy)
     );
 }
+
+#[test]
+fn an_operation_runs_while_clients_poll_the_control_api_without_pause() {
+    let setup = Setup::new();
+    // each operation is due 300 ms after it is accepted: by then four clients keep a call
+    // queued at every moment, which must not hold the operation back
+    let server = Server::start_env(
+        Some(&setup.config(CONFIG)),
+        &setup.data(),
+        &[("CORECAST_CONTROL_TEST_PAUSE_MS", "300")],
+    );
+    let addr = server.addr;
+    let r = create(addr, "polled", &schemaless());
+    assert_eq!(r.status, 202, "{}", r.body);
+    let op = r.json()["operation_id"].as_str().unwrap().to_string();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pollers: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = stop.clone();
+            let path = format!("/control/v1/operations/{op}");
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let r = get(addr, &path);
+                    assert!(r.status == 200 || r.status == 503, "{}", r.body);
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let v = finished(addr, &op);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let polls: u64 = pollers.into_iter().map(|p| p.join().unwrap()).sum();
+    assert_eq!(v["state"], "succeeded", "{v}");
+    assert!(polls > 0);
+    assert_eq!(publish(&server, "polled", &[row(1)]), [Some(1)]);
+}
+
+#[test]
+fn a_reordered_schema_is_a_migration_not_a_replace() {
+    let setup = Setup::new();
+    let server = start(&setup, CONFIG);
+    let addr = server.addr;
+    let path = "/control/v1/streams/cols";
+    // raw text: the order of `properties` is the column order
+    let ab = r#"{"schema":{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},"required":["a","b"]}}"#;
+    let ba = r#"{"schema":{"type":"object","properties":{"b":{"type":"string"},"a":{"type":"integer"}},"required":["a","b"]}}"#;
+    let r = put(addr, path, "cols-create", Some(("If-None-Match", "*")), ab);
+    assert_eq!(r.status, 202, "{}", r.body);
+    let op = r.json()["operation_id"].as_str().unwrap().to_string();
+    assert_eq!(finished(addr, &op)["state"], "succeeded");
+    let r = put(addr, path, "cols-reorder", Some(("If-Match", "\"1\"")), ba);
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "migration_required"),
+        "{}",
+        r.body
+    );
+    assert!(r.body.contains("order of properties"), "{}", r.body);
+    let v = get(addr, path).json();
+    assert_eq!(v["revision"], 1);
+    let props: Vec<&String> = v["declaration"]["schema"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(props, ["a", "b"], "{v}");
+}
+
+#[test]
+fn a_create_over_an_earlier_streams_data_is_refused() {
+    let setup = Setup::new();
+    // the directory an earlier stream of the name left (one removed from the TOML file)
+    let leftover = setup.data().join("old");
+    std::fs::create_dir_all(leftover.join("log")).unwrap();
+    std::fs::write(
+        leftover.join("log").join("1.seg"),
+        b"rows of another schema",
+    )
+    .unwrap();
+    let server = start(&setup, CONFIG);
+    let r = create(server.addr, "old", &schemaless());
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "data_exists"),
+        "{}",
+        r.body
+    );
+    assert!(
+        !r.body.contains(&setup.data().display().to_string()),
+        "{}",
+        r.body
+    );
+    assert_eq!(get(server.addr, "/control/v1/streams/old").status, 404);
+    // the data is left as it was
+    assert_eq!(
+        std::fs::read(leftover.join("log").join("1.seg")).unwrap(),
+        b"rows of another schema"
+    );
+    // an empty directory is no one's data
+    std::fs::create_dir_all(setup.data().join("fresh")).unwrap();
+    let r = create(server.addr, "fresh", &schemaless());
+    assert_eq!(r.status, 202, "{}", r.body);
+}
+
+#[test]
+fn the_registry_cap_is_configured_and_its_refusal_says_how_to_raise_it() {
+    let setup = Setup::new();
+    let server = start(&setup, &format!("{CONFIG}max_streams = 2\n"));
+    let caps = get(server.addr, "/control/v1").json();
+    assert_eq!(caps["bounds"]["managed_streams_max"], 2, "{caps}");
+    for name in ["one", "two"] {
+        let r = create(server.addr, name, &schemaless());
+        assert_eq!(r.status, 202, "{}", r.body);
+        let op = r.json()["operation_id"].as_str().unwrap().to_string();
+        assert_eq!(finished(server.addr, &op)["state"], "succeeded");
+    }
+    let op = desire(server.addr, "one", "retired");
+    assert_eq!(finished(server.addr, &op)["state"], "succeeded");
+    let r = create(server.addr, "three", &schemaless());
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (409, "too_many_streams"),
+        "{}",
+        r.body
+    );
+    let message = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains("2 streams (1 of them retired"),
+        "{message}"
+    );
+    assert!(message.contains("max_streams = 2"), "{message}");
+    drop(server);
+    let setup_bad = setup.config(&format!("{CONFIG}max_streams = 0\n"));
+    let out = corecast_run(
+        &[
+            "serve",
+            "--config",
+            setup_bad.to_str().unwrap(),
+            "--data",
+            setup.data().to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        None,
+        Duration::from_secs(20),
+    );
+    assert_ne!(out.code, Some(0), "{out:?}");
+    assert!(
+        out.stderr.contains("control.max_streams") && out.stderr.contains("1..=4096"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_long_poll_is_answered_when_its_stream_is_stopped() {
+    let setup = Setup::new();
+    let server = start(&setup, CONFIG);
+    let addr = server.addr;
+    let r = create(addr, "polls", &schemaless());
+    assert_eq!(r.status, 202, "{}", r.body);
+    let op = r.json()["operation_id"].as_str().unwrap().to_string();
+    assert_eq!(finished(addr, &op)["state"], "succeeded");
+    assert_eq!(publish(&server, "polls", &[row(1)]), [Some(1)]);
+    let first = get(addr, "/v1/streams/polls/rows?limit=10");
+    assert_eq!(first.status, 200, "{}", first.body);
+    let cursor = first.json()["next_cursor"].as_str().unwrap().to_string();
+    let poll = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let r = get(
+            addr,
+            &format!("/v1/streams/polls/rows?cursor={cursor}&wait=30"),
+        );
+        (r, t0.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let op = desire(addr, "polls", "stopped");
+    assert_eq!(finished(addr, &op)["state"], "succeeded");
+    let (r, took) = poll.join().unwrap();
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(r.body.contains("stream_stopped"), "{}", r.body);
+    assert!(took < Duration::from_secs(20), "answered after {took:?}");
+}
+
+#[test]
+fn a_location_with_credentials_is_refused_and_never_echoed() {
+    let setup = Setup::new();
+    let server = start(&setup, CONFIG);
+    let r = create(
+        server.addr,
+        "leaky",
+        &json!({"schema": null, "published": "s3://AKIAEXAMPLEKEY:wJalrXUtnSECRET@bucket/prefix"}),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "bad_request"),
+        "{}",
+        r.body
+    );
+    assert!(r.body.contains("credentials"), "{}", r.body);
+    assert!(
+        !r.body.contains("AKIAEXAMPLEKEY") && !r.body.contains("wJalrXUtnSECRET"),
+        "{}",
+        r.body
+    );
+    assert!(!server.stderr().contains("wJalrXUtnSECRET"));
+}
+
+#[test]
+fn a_retry_spelt_differently_is_the_same_request_and_a_live_only_stream_shows_no_log() {
+    let setup = Setup::new();
+    let server = start(&setup, CONFIG);
+    let addr = server.addr;
+    let path = "/control/v1/streams/spelt";
+    let compact = r#"{"schema":null,"durable":false}"#;
+    let spaced = "{ \"schema\" : null,\n  \"durable\" : false }";
+    let first = put(addr, path, "spelt-1", Some(("If-None-Match", "*")), compact);
+    assert_eq!(first.status, 202, "{}", first.body);
+    let again = put(addr, path, "spelt-1", Some(("If-None-Match", "*")), spaced);
+    assert_eq!(again.status, 202, "{}", again.body);
+    assert_eq!(again.body, first.body);
+    let other = put(
+        addr,
+        path,
+        "spelt-1",
+        Some(("If-None-Match", "*")),
+        r#"{"schema":null,"durable":true}"#,
+    );
+    assert_eq!(
+        (other.status, other.code().as_str()),
+        (409, "idempotency_key_reused")
+    );
+    let op = first.json()["operation_id"].as_str().unwrap().to_string();
+    assert_eq!(finished(addr, &op)["state"], "succeeded");
+    let v = get(addr, path).json();
+    assert_eq!(v["declaration"]["durable"], false, "{v}");
+    assert!(v.get("log").is_none(), "{v}");
+}

@@ -44,6 +44,7 @@
 //! [control]
 //! enabled = true            # serve /control/v1 without [auth]: anyone reaching the port manages streams
 //! max_body_bytes = 65536    # one mutation's body (413 above it); 1 KiB ..= 16 MiB
+//! max_streams = 256         # streams the registry holds, retired ones included; 1 ..= 4096
 //! ```
 //!
 //! Top-level `write_timeout_s = 30` (1..=3600) is how long one write to a client may take before
@@ -111,13 +112,23 @@ pub struct ControlConfig {
     pub enabled: bool,
     /// Largest body of a control mutation in bytes (413 above it, refused before it is read).
     pub max_body_bytes: usize,
+    /// Most streams the registry holds, retired ones included (a retired stream keeps its
+    /// name, its history and its row for good): a create over it is refused 409.
+    pub max_streams: u64,
 }
+
+/// The default of `[control] max_streams`.
+pub const MANAGED_STREAMS_DEFAULT: u64 = 256;
+/// The largest `[control] max_streams` (every managed stream has a hub on every shard and,
+/// when durable, its own log, maintenance thread and descriptors).
+pub const MANAGED_STREAMS_MAX: u64 = 4096;
 
 impl Default for ControlConfig {
     fn default() -> Self {
         ControlConfig {
             enabled: false,
             max_body_bytes: 64 << 10,
+            max_streams: MANAGED_STREAMS_DEFAULT,
         }
     }
 }
@@ -391,6 +402,7 @@ struct RawConfig {
 struct RawControl {
     enabled: Option<bool>,
     max_body_bytes: Option<i64>,
+    max_streams: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -583,6 +595,14 @@ fn redact_secret(line: &str) -> String {
 }
 
 pub(crate) fn parse_published(text: &str) -> Result<Published, String> {
+    // a location is shown in refusals, logs and `GET`: credentials never belong in it
+    let shown = without_userinfo(text);
+    if shown != text {
+        return Err(format!(
+            "{shown:?} carries credentials in the location (user:key@); a location never holds \
+             them: set access_key_id and secret_access_key under [s3], or the AWS_* environment"
+        ));
+    }
     match text {
         "off" => Ok(Published::Off),
         "local" => Ok(Published::Local),
@@ -606,6 +626,19 @@ pub(crate) fn parse_published(text: &str) -> Result<Published, String> {
         t => Err(format!(
             "{t:?} is not \"local\", \"off\", file:///absolute/dir or s3://bucket/prefix"
         )),
+    }
+}
+
+/// `text` with the user information of a URI (`scheme://user:secret@host/…`) replaced by
+/// `…@`, so that a location given with credentials can be named in a refusal without them.
+pub(crate) fn without_userinfo(text: &str) -> String {
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return text.to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://…{}", &rest[at..]),
+        None => text.to_string(),
     }
 }
 
@@ -1013,6 +1046,14 @@ impl Config {
             if let Some(n) = within(raw.max_body_bytes, "control.max_body_bytes", 1024, 16 << 20)? {
                 control.max_body_bytes = n as usize;
             }
+            if let Some(n) = within(
+                raw.max_streams,
+                "control.max_streams",
+                1,
+                MANAGED_STREAMS_MAX as i64,
+            )? {
+                control.max_streams = n as u64;
+            }
         }
         let tls = match raw.tls {
             None => None,
@@ -1086,6 +1127,29 @@ mod tests {
         let p = dir.join(name);
         std::fs::write(&p, text).unwrap();
         p
+    }
+
+    #[test]
+    fn a_location_with_credentials_is_refused_without_showing_them() {
+        for text in [
+            "s3://AKIAEXAMPLE:wJalrXUtnFEMI@bucket/prefix",
+            "s3://AKIAEXAMPLE@bucket",
+            "file://me:pw@/var/x",
+        ] {
+            let why = parse_published(text).unwrap_err();
+            assert!(why.contains("credentials"), "{why}");
+            assert!(
+                !why.contains("AKIA") && !why.contains("wJal") && !why.contains("pw"),
+                "{why}"
+            );
+        }
+        assert_eq!(
+            without_userinfo("s3://k:s@b/p@x?q=a@b"),
+            "s3://…@b/p@x?q=a@b"
+        );
+        assert_eq!(without_userinfo("s3://b/p@x"), "s3://b/p@x");
+        assert_eq!(without_userinfo("local"), "local");
+        assert!(parse_published("s3://bucket/a@b").is_ok() || cfg!(not(feature = "s3")));
     }
 
     #[test]

@@ -89,6 +89,7 @@ pub fn keys() -> Vec<Key> {
         key("ingest", "max_batch_rows", i.max_batch_rows.to_string(), "most rows in one ingest request (413 above it)"),
         key("ingest", "max_concurrent", i.max_concurrent.to_string(), "ingest requests decoded and committed at once, all streams (503 above)"),
         key("control", "enabled", "false".into(), "serve /control/v1 without [auth] (anyone reaching the port manages streams); with [auth] it is served and the grants decide"),
+        key("control", "max_streams", crate::config::MANAGED_STREAMS_DEFAULT.to_string(), "most streams the control plane's registry holds, retired ones included (a retired stream keeps its name and history for good); a create over it is refused 409 too_many_streams; 1 ..= 4096"),
         key("control", "max_body_bytes", crate::config::ControlConfig::default().max_body_bytes.to_string(), "largest control mutation body (413 above it, refused before it is read); 1 KiB ..= 16 MiB"),
         example("s3", "endpoint", "\"http://127.0.0.1:9000\"", "S3 endpoint for s3:// published locations; absent: AWS_ENDPOINT_URL or AWS"),
         example("s3", "region", "\"us-east-1\"", "absent: AWS_REGION / AWS_DEFAULT_REGION"),

@@ -553,11 +553,16 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         .streams
         .iter()
         .map(|sc| (sc, false, StreamState::Serving, 0))
-        .chain(
-            managed
-                .iter()
-                .map(|m| (&m.cfg, true, m.desired, m.retired_at_us)),
-        );
+        .chain(managed.iter().map(|m| {
+            // retired before a crash that came before the retirement was observed:
+            // it is retired from now (0 would date it 1970 in the published metadata)
+            let at = if m.desired == StreamState::Retired && m.retired_at_us == 0 {
+                crate::registry::now_us()
+            } else {
+                m.retired_at_us
+            };
+            (&m.cfg, true, m.desired, at)
+        }));
     for (index, (sc, is_managed, state, retired_at_us)) in declared.enumerate() {
         let serr = |reason: String| StartError::Stream {
             stream: sc.name.clone(),
@@ -724,6 +729,7 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
             s3: cfg.s3.clone(),
             maintenance: managed_maintenance,
             body_bytes_max: cfg.control.max_body_bytes,
+            max_streams: cfg.control.max_streams,
         },
         shared.clone(),
         control_tx,

@@ -130,7 +130,10 @@ impl Broker {
         let usage = || {
             Fail(
                 EXIT_USAGE,
-                format!("{server:?} is not http://HOST:PORT (credentials go in CORECAST_TOKEN or CORECAST_USER/CORECAST_PASSWORD)"),
+                format!(
+                    "{:?} is not http://HOST:PORT (credentials go in CORECAST_TOKEN or CORECAST_USER/CORECAST_PASSWORD, never in the URL)",
+                    crate::config::without_userinfo(server)
+                ),
             )
         };
         let rest = server.strip_prefix("http://").ok_or_else(usage)?;

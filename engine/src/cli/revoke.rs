@@ -55,7 +55,7 @@ pub fn run(args: RevokeArgs) -> ExitCode {
     let Some(hp) = host_port(&args.server) else {
         eprintln!(
             "corecast: {:?} is not http://HOST:PORT (credentials go in CORECAST_USER/CORECAST_PASSWORD or CORECAST_TOKEN, not the URL)",
-            args.server
+            crate::config::without_userinfo(&args.server)
         );
         return ExitCode::from(EXIT_USAGE);
     };

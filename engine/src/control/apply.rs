@@ -39,8 +39,10 @@ impl ControlThread {
         let registry = self.shared.registry.load();
         let current = registry.get(&row.name).cloned();
         drop(registry);
-        // compared as JSON values: the stored text is the canonical form of the same function
-        let same_cfg = |st: &Stream| decl::canonical(&st.cfg) == value;
+        // compared as text, the stored text being the canonical form of the same function: as
+        // JSON values, a schema whose properties were reordered would compare equal although
+        // its column order differs
+        let same_cfg = |st: &Stream| decl::canonical(&st.cfg).to_string() == row.declaration;
         match (current, row.desired) {
             (None, StreamState::Stopped) => {
                 let index = self.shared.registry.load().streams.len();

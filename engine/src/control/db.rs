@@ -265,6 +265,17 @@ impl Db {
             .map(|n| n as u64)
     }
 
+    /// How many streams are retired (their rows stay for good).
+    pub fn count_retired(&self) -> rusqlite::Result<u64> {
+        self.conn
+            .query_row(
+                "SELECT COUNT(*) FROM streams WHERE desired = ?1",
+                [StreamState::Retired.as_str()],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n as u64)
+    }
+
     /// The operation `id`.
     pub fn operation(&self, id: &str) -> rusqlite::Result<Option<Op>> {
         self.conn

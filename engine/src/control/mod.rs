@@ -47,8 +47,9 @@ use db::{Accepted, Db, Op, Receipt, Row};
 /// `Retry-After: 1`.
 pub const CALLS_QUEUED_MAX: usize = 64;
 
-/// Managed streams one broker holds at most (each durable one has a maintenance thread).
-pub const MANAGED_STREAMS_MAX: u64 = 256;
+/// The largest `[control] max_streams`: managed streams one broker holds at most (each
+/// durable one has a maintenance thread).
+pub use crate::config::MANAGED_STREAMS_MAX;
 
 /// Largest page of `GET /control/v1/streams`.
 pub const LIST_LIMIT_MAX: usize = 1000;
@@ -199,6 +200,8 @@ pub struct Setup {
     pub maintenance: HashMap<usize, Maintenance>,
     /// Largest mutation body, for the capabilities document.
     pub body_bytes_max: usize,
+    /// Most streams the registry holds, retired ones included (`[control] max_streams`).
+    pub max_streams: u64,
 }
 
 impl Control {
@@ -230,6 +233,7 @@ impl Control {
             maintenance: setup.maintenance,
             boot_id: uuid::Uuid::new_v4().to_string(),
             body_bytes_max: setup.body_bytes_max,
+            max_streams: setup.max_streams,
             pending: VecDeque::new(),
             pause,
         };
@@ -260,6 +264,7 @@ pub(crate) struct ControlThread {
     pub(crate) maintenance: HashMap<usize, Maintenance>,
     boot_id: String,
     body_bytes_max: usize,
+    max_streams: u64,
     /// Accepted operations not carried out yet, oldest first, each with when it is due.
     pending: VecDeque<(String, Instant)>,
     pause: Option<Duration>,
@@ -319,9 +324,11 @@ fn cursor_decode(c: &str) -> Option<(u64, String)> {
 impl ControlThread {
     fn run(mut self, rx: crossbeam_channel::Receiver<ControlMsg>) {
         loop {
-            // calls first, then one operation at a time: a long open never holds up an answer
-            // for more than that one operation (an operation is due at once, or after the
-            // test pause: calls are still answered while it waits)
+            // one operation at a time, interleaved with calls: a long open never holds up an
+            // answer for more than that one operation, and an operation that is due runs
+            // before the next call (a client polling its status in a tight loop would
+            // otherwise keep it waiting for ever). An operation is due at once, or after the
+            // test pause: calls are answered while it waits.
             let msg = match self.pending.front() {
                 None => match rx.recv() {
                     Ok(m) => Some(m),
@@ -329,10 +336,14 @@ impl ControlThread {
                 },
                 Some((_, due)) => {
                     let wait = due.saturating_duration_since(Instant::now());
-                    match rx.recv_timeout(wait) {
-                        Ok(m) => Some(m),
-                        Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
-                        Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+                    if wait.is_zero() {
+                        None
+                    } else {
+                        match rx.recv_timeout(wait) {
+                            Ok(m) => Some(m),
+                            Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
+                            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+                        }
                     }
                 }
             };
@@ -435,7 +446,7 @@ impl ControlThread {
                     "list_limit_default": LIST_LIMIT_DEFAULT,
                     "idempotency_key_bytes_max": IDEMPOTENCY_KEY_BYTES_MAX,
                     "body_bytes_max": self.body_bytes_max,
-                    "managed_streams_max": MANAGED_STREAMS_MAX,
+                    "managed_streams_max": self.max_streams,
                 },
                 "wire_versions": {"write": 4, "read": [4, 5]},
                 "states": ["serving", "stopped", "retired"],
@@ -473,8 +484,13 @@ impl ControlThread {
         };
         let pending = self.db.pending_on(name)?;
         let mut v = stream_json(&row, pending.as_ref(), end);
-        // the live log: its name and first offset (the seam of the last migration)
-        if let Ok(logs) = crate::tier::generations::load(&self.data_dir.join(name), name) {
+        // the live log: its name and first offset (the seam of the last migration); a
+        // `durable: false` stream keeps none
+        let durable = v["declaration"]["durable"] == json!(true);
+        if let Some(logs) = durable
+            .then(|| crate::tier::generations::load(&self.data_dir.join(name), name).ok())
+            .flatten()
+        {
             v["log"] = json!({
                 "name": logs.live.name,
                 "start_offset": logs.live.start_offset,
@@ -574,12 +590,18 @@ impl ControlThread {
             Route::Migrations(n) => (n.as_str(), b"migration\0"),
             _ => unreachable!("only stream routes mutate"),
         };
+        // the intent is what the request asks, not how its JSON was spelt: a retry that
+        // re-serialises the same body (other spacing) is the same request; the order of keys
+        // counts (that of a schema's properties is its column order)
         let intent = {
             let mut h = sha2::Sha256::new();
             h.update(what);
             h.update(name.as_bytes());
             h.update(b"\0");
-            h.update(&call.body);
+            match serde_json::from_slice::<Value>(&call.body) {
+                Ok(v) => h.update(v.to_string().as_bytes()),
+                Err(_) => h.update(&call.body),
+            }
             hex::encode(h.finalize())
         };
         if let Some(r) = self.db.receipt(key)? {
@@ -785,11 +807,24 @@ impl ControlThread {
         };
         match row {
             None => {
-                if self.db.count()? >= MANAGED_STREAMS_MAX {
+                // a directory left by an earlier stream of the name (one removed from the
+                // configuration file) holds a log of its own: opening it under this declaration
+                // would serve or refuse that data, so the operator moves it first
+                let home = self.data_dir.join(name);
+                if std::fs::read_dir(&home).is_ok_and(|mut d| d.next().is_some()) {
+                    return refuse(
+                        409,
+                        "data_exists",
+                        &format!("the data directory already holds data for a stream named {name} (an earlier stream of that name, e.g. one removed from the configuration file); move the directory {name} out of the data directory, or pick another name"),
+                    );
+                }
+                let held = self.db.count()?;
+                if held >= self.max_streams {
+                    let retired = self.db.count_retired()?;
                     return refuse(
                         409,
                         "too_many_streams",
-                        &format!("this broker manages {MANAGED_STREAMS_MAX} streams, its most; retire and remove one first"),
+                        &format!("the registry holds {held} streams ({retired} of them retired, which keep their names and history for good), its most: [control] max_streams = {}; raise it (at most {MANAGED_STREAMS_MAX}) and restart the broker", self.max_streams),
                     );
                 }
                 Ok(Prepared::Change(
@@ -821,8 +856,12 @@ impl ControlThread {
                 let old: Value = serde_json::from_str(&r.declaration).unwrap_or(Value::Null);
                 let new: Value =
                     serde_json::from_str(&declaration.canonical).unwrap_or(Value::Null);
-                if old.get("schema") != new.get("schema") {
-                    return refuse(409, "migration_required", &format!("the schema of stream {name} differs from its log's: a schema change is a migration (POST /control/v1/streams/{name}/migrations with {{\"schema\": …}})"));
+                // compared as text: a JSON map compares equal whatever its key order, but the
+                // order of `properties` is the rows' column order, so a reordered schema is a
+                // different schema
+                let text = |v: &Value, k: &str| v.get(k).map(Value::to_string);
+                if text(&old, "schema") != text(&new, "schema") {
+                    return refuse(409, "migration_required", &format!("the schema of stream {name} differs from its log's (the order of properties counts: it is the column order): a schema change is a migration (POST /control/v1/streams/{name}/migrations with {{\"schema\": …}})"));
                 }
                 if old.get("durable") != new.get("durable") {
                     return refuse(

@@ -722,6 +722,18 @@ pub async fn rows(
         limit
     };
     let w = loop {
+        // stopped while the poll waited (its wake-up says so): its log is closing, the poll is
+        // answered now rather than at its deadline
+        if st.subscriber_end().is_some() {
+            return Err(Refused::new(
+                409,
+                "stream_stopped",
+                &format!(
+                    "stream {} was stopped while the poll waited; start it over /control/v1 to read it",
+                    st.cfg.name
+                ),
+            ));
+        }
         if let Some(end) = guard.and_then(crate::auth::live::Guard::ending) {
             return Err(Refused::new(
                 403,
