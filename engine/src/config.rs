@@ -1052,7 +1052,7 @@ impl Config {
                 1,
                 MANAGED_STREAMS_MAX as i64,
             )? {
-                control.max_streams = n as u64;
+                control.max_streams = n;
             }
         }
         let tls = match raw.tls {

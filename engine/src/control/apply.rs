@@ -42,7 +42,12 @@ impl ControlThread {
         // compared as text, the stored text being the canonical form of the same function: as
         // JSON values, a schema whose properties were reordered would compare equal although
         // its column order differs
-        let same_cfg = |st: &Stream| decl::canonical(&st.cfg).to_string() == row.declaration;
+        let same_cfg = |st: &Stream| {
+            serde_json::to_string(&decl::canonical(&st.cfg))
+                .ok()
+                .as_deref()
+                == Some(row.declaration.as_str())
+        };
         match (current, row.desired) {
             (None, StreamState::Stopped) => {
                 let index = self.shared.registry.load().streams.len();

@@ -728,7 +728,7 @@ pub async fn rows(
             return Err(Refused::new(
                 409,
                 "stream_stopped",
-                &format!(
+                format!(
                     "stream {} was stopped while the poll waited; start it over /control/v1 to read it",
                     st.cfg.name
                 ),
