@@ -121,6 +121,14 @@ fn create(addr: SocketAddr, name: &str, decl: &Value) -> Resp {
     )
 }
 
+/// Creates stream `name` with `decl` and waits for the creation to succeed.
+fn create_and_wait(addr: SocketAddr, name: &str, decl: &Value) {
+    let r = create(addr, name, decl);
+    assert_eq!(r.status, 202, "{}", r.body);
+    let op = r.json()["operation_id"].as_str().unwrap().to_string();
+    assert_eq!(finished(addr, &op)["state"], "succeeded");
+}
+
 /// Sets stream `name`'s desired state with the current ETag; the 202's operation id.
 fn desire(addr: SocketAddr, name: &str, state: &str) -> String {
     let etag = get(addr, &format!("/control/v1/streams/{name}"))
@@ -1301,10 +1309,7 @@ fn the_registry_cap_is_configured_and_its_refusal_says_how_to_raise_it() {
     let caps = get(server.addr, "/control/v1").json();
     assert_eq!(caps["bounds"]["managed_streams_max"], 2, "{caps}");
     for name in ["one", "two"] {
-        let r = create(server.addr, name, &schemaless());
-        assert_eq!(r.status, 202, "{}", r.body);
-        let op = r.json()["operation_id"].as_str().unwrap().to_string();
-        assert_eq!(finished(server.addr, &op)["state"], "succeeded");
+        create_and_wait(server.addr, name, &schemaless());
     }
     let op = desire(server.addr, "one", "retired");
     assert_eq!(finished(server.addr, &op)["state"], "succeeded");
@@ -1348,10 +1353,7 @@ fn a_long_poll_is_answered_when_its_stream_is_stopped() {
     let setup = Setup::new();
     let server = start(&setup, CONFIG);
     let addr = server.addr;
-    let r = create(addr, "polls", &schemaless());
-    assert_eq!(r.status, 202, "{}", r.body);
-    let op = r.json()["operation_id"].as_str().unwrap().to_string();
-    assert_eq!(finished(addr, &op)["state"], "succeeded");
+    create_and_wait(addr, "polls", &schemaless());
     assert_eq!(publish(&server, "polls", &[row(1)]), [Some(1)]);
     let first = get(addr, "/v1/streams/polls/rows?limit=10");
     assert_eq!(first.status, 200, "{}", first.body);

@@ -183,7 +183,8 @@ pub(crate) struct OpenAs<'a> {
     pub managed: bool,
     /// Serving or retired (a stopped stream is not opened: [`shell_stream`]).
     pub state: StreamState,
-    /// When it was retired (0: not retired).
+    /// When it was retired (0: not retired, or not known: a retired stream is then retired
+    /// from now).
     pub retired_at_us: i64,
 }
 
@@ -204,6 +205,14 @@ pub(crate) fn open_stream(sc: &StreamConfig, how: &OpenAs<'_>) -> Result<Opened,
         state,
         retired_at_us,
     } = *how;
+    // a retired stream opened without its retirement's time (retired just now, or before a
+    // crash that came before the retirement was observed) is retired from now: 0 would date
+    // it 1970 in the published metadata
+    let retired_at_us = if state == StreamState::Retired && retired_at_us == 0 {
+        crate::registry::now_us()
+    } else {
+        retired_at_us
+    };
     let serr = |reason: String| reason;
     let schema = match &sc.schema_json {
         Some(text) => Some(Schema::compile(text).map_err(|e| serr(format!("schema: {e}")))?),
@@ -553,16 +562,11 @@ pub fn start(opts: ServeOptions) -> Result<Running, StartError> {
         .streams
         .iter()
         .map(|sc| (sc, false, StreamState::Serving, 0))
-        .chain(managed.iter().map(|m| {
-            // retired before a crash that came before the retirement was observed:
-            // it is retired from now (0 would date it 1970 in the published metadata)
-            let at = if m.desired == StreamState::Retired && m.retired_at_us == 0 {
-                crate::registry::now_us()
-            } else {
-                m.retired_at_us
-            };
-            (&m.cfg, true, m.desired, at)
-        }));
+        .chain(
+            managed
+                .iter()
+                .map(|m| (&m.cfg, true, m.desired, m.retired_at_us)),
+        );
     for (index, (sc, is_managed, state, retired_at_us)) in declared.enumerate() {
         let serr = |reason: String| StartError::Stream {
             stream: sc.name.clone(),

@@ -12,15 +12,7 @@ use base64::Engine;
 /// The `Authorization` header for a WebSocket command on `url`: `None` when the URL carries
 /// userinfo (the client sends it as Basic) or nothing is set in the environment.
 pub fn for_url(url: &str) -> Option<String> {
-    let has_userinfo = url
-        .split_once("://")
-        .map(|(_, rest)| {
-            rest.split(['/', '?', '#'])
-                .next()
-                .unwrap_or("")
-                .contains('@')
-        })
-        .unwrap_or(false);
+    let has_userinfo = crate::config::without_userinfo(url) != url;
     if has_userinfo {
         None
     } else {

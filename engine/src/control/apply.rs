@@ -181,11 +181,8 @@ impl ControlThread {
             s3: &self.s3,
             managed: true,
             state: to,
-            retired_at_us: if to == StreamState::Retired {
-                crate::registry::now_us()
-            } else {
-                0
-            },
+            // a stream retired now: open_stream dates it
+            retired_at_us: 0,
         };
         let opened = open_stream(cfg, &how)?;
         let stream = opened.stream.clone();
