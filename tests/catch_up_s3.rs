@@ -15,6 +15,12 @@
 //! rows before the splice came from the table, and the socket resumed exactly where they ended.
 //! `corecast sub --catch-up` prints the same frames.
 //!
+//! Then across a migration's seam on S3 (`seam_scenario`): a stream created and migrated over the
+//! control plane (a column added), its old log's table and its new log's both under
+//! `s3://BUCKET/prod/seam/`; our client from 1 and from EARLIEST reads both tables, oldest first,
+//! then the socket, every frame the live subscriber's (the old log's rows without the new
+//! column), and `corecast sub --catch-up` prints them.
+//!
 //! One test, so that the `AWS_*` environment is set once, before any other thread runs. Without
 //! an S3 server (`$CORECAST_MOTO_VENV` or `$AWS_ENDPOINT_URL`) it says so and passes, unless
 //! `CORECAST_REQUIRE_S3` is set.
@@ -34,9 +40,9 @@ use corecast_storage::schema::{RowCodec, Schema};
 use moto::{Moto, ACCESS_KEY, REGION, SECRET_KEY};
 use support::{corecast_run, Server, Setup};
 
-/// The whole scenario must finish within this (the blocking client has no read timeout: a lost
+/// Both scenarios must finish within this (the blocking client has no read timeout: a lost
 /// row would otherwise hang the test rather than fail it).
-const DEADLINE: Duration = Duration::from_secs(300);
+const DEADLINE: Duration = Duration::from_secs(420);
 
 /// A middle offset: in the table, far further back than `max_replay`.
 const MIDDLE: u64 = 1234;
@@ -367,6 +373,203 @@ fn scenario(moto: &Moto, bucket: &str, pid: mpsc::Sender<u32>) {
     assert_eq!(server.stop(), Some(0));
 }
 
+/// A managed stream published to `s3://BUCKET/prod`, created and migrated over the control
+/// plane (`corecast ctl`): small seals, a replay window of 20 rows.
+fn seam_config(endpoint: &str) -> String {
+    format!(
+        r#"
+[s3]
+endpoint = "{endpoint}"
+region = "{REGION}"
+access_key_id = "{ACCESS_KEY}"
+secret_access_key = "{SECRET_KEY}"
+
+[control]
+enabled = true
+"#
+    )
+}
+
+/// Publishes `rows` to `url` and returns the frames a live subscriber got for them (offsets
+/// `first..`).
+fn seam_frames(url: &str, rows: &[String], first: u64) -> Vec<String> {
+    let mut live = blocking::connect(url, SubscribeOptions::default()).expect("live subscriber");
+    let mut p = blocking::publish(url, PublishOptions::default()).expect("publisher");
+    p.submit_batch(rows).expect("submit");
+    p.flush().expect("acks");
+    p.close().expect("publisher close");
+    let frames = (first..first + rows.len() as u64)
+        .map(|want| {
+            let row = live.next().expect("live row").expect("a live row");
+            assert_eq!(row.offset, Some(want));
+            row.frame().to_string()
+        })
+        .collect();
+    live.close().expect("live close");
+    frames
+}
+
+/// Our client across a migration's seam on S3: the old log's table and the new log's, both
+/// under `s3://BUCKET/prod/seam/`, read from 1 and from the earliest, every row once, each frame
+/// its live subscriber's (the old log's rows without the column the migration added), then the
+/// socket; `corecast sub --catch-up` the same.
+fn seam_scenario(moto: &Moto, bucket: &str, pid: mpsc::Sender<u32>) {
+    let setup = Setup::new();
+    let cfg = setup.config(&seam_config(&moto.endpoint));
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let _ = pid.send(server.child.id());
+    let control = format!("http://{}", server.addr);
+    let ctl = |args: &[&str]| {
+        let mut all = vec!["ctl", "--server", control.as_str()];
+        all.extend_from_slice(args);
+        let out = corecast_run(&all, None, Duration::from_secs(60));
+        assert_eq!(
+            out.code,
+            Some(0),
+            "ctl {args:?}: {} {}",
+            out.stdout,
+            out.stderr
+        );
+    };
+    let v1 = r#"{"type":"object","properties":{"i":{"type":"integer"}},"required":["i"]}"#;
+    let v2 = r#"{"type":"object","properties":{"i":{"type":"integer"},"note":{"type":["string","null"]}},"required":["i"]}"#;
+    let decl = setup.tmp.path().join("seam.json");
+    std::fs::write(
+        &decl,
+        format!(
+            r#"{{"schema":{v1},"seal_target_bytes":4096,"max_replay":20,"published":"s3://{bucket}/prod"}}"#
+        ),
+    )
+    .unwrap();
+    let v2_file = setup.tmp.path().join("v2.schema.json");
+    std::fs::write(&v2_file, v2).unwrap();
+    ctl(&["create", "seam", decl.to_str().unwrap()]);
+    let url = server.url("seam");
+    let mut frames = seam_frames(
+        &url,
+        &(1..301)
+            .map(|i| format!(r#"{{"i":{i}}}"#))
+            .collect::<Vec<_>>(),
+        1,
+    );
+    ctl(&["migrate", "seam", "--schema", v2_file.to_str().unwrap()]);
+    let seam = 301;
+    frames.extend(seam_frames(
+        &url,
+        &(301..701)
+            .map(|i| format!(r#"{{"i":{i},"note":"n{i}"}}"#))
+            .collect::<Vec<_>>(),
+        seam,
+    ));
+    assert!(frames[0].ends_with(r#",{"i":1}]"#), "{}", frames[0]);
+    // the new log publishes part of itself past the seam, on S3 beside the old log's table
+    let hint = format!("s3://{bucket}/prod/seam/seam.metadata/version-hint.text");
+    let store = S3Options {
+        endpoint: Some(moto.endpoint.clone()),
+        region: Some(REGION.to_string()),
+        access_key: Some(ACCESS_KEY.to_string()),
+        secret_key: Some(SECRET_KEY.to_string()),
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let table_end = loop {
+        let t = PublishedTable::open(&hint, None, &store);
+        if let Ok(t) = &t {
+            if t.end() > seam + 100 {
+                let tables: Vec<&str> = t.logs().iter().map(|l| l.table_uri()).collect();
+                assert_eq!(
+                    tables,
+                    [
+                        format!("s3://{bucket}/prod/seam/seam"),
+                        format!("s3://{bucket}/prod/seam/seam-v2")
+                    ]
+                );
+                assert!(t.seam_defects().is_empty(), "{:?}", t.seam_defects());
+                break t.end();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new log published nothing past the seam on S3 in 90 s: {:?}",
+            t.map(|t| t.extent())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        !setup.data().join("seam/published").exists(),
+        "the old log's table was written locally"
+    );
+    // rows the tables do not hold yet (unless published at once), for the socket's share
+    let next = frames.len() as u64 + 1;
+    frames.extend(seam_frames(
+        &url,
+        &(next..next + 20)
+            .map(|i| format!(r#"{{"i":{i}}}"#))
+            .collect::<Vec<_>>(),
+        next,
+    ));
+    // the earliest (the seam) is too old for the socket once the broker has seen its new table
+    // hold rows past it
+    loop {
+        match blocking::connect(
+            &url,
+            SubscribeOptions {
+                offset: Some(Offset::Earliest),
+                ..SubscribeOptions::default()
+            },
+        ) {
+            Err(e) => {
+                assert!(e.is_catch_up_recoverable(), "{e}");
+                break;
+            }
+            Ok(s) => {
+                s.close().expect("close");
+                assert!(Instant::now() < deadline, "the earliest is still served");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    for offset in [Offset::At(1), Offset::Earliest] {
+        let began = Instant::now();
+        let mut s = catch_up_from(&url, offset).expect("catch-up connect");
+        assert!(s.is_catching_up(), "{offset:?}: refused, so catching up");
+        let mut from_tables = 0u64;
+        for (k, frame) in frames.iter().enumerate() {
+            let row = s.next().expect("row").expect("a row");
+            assert_eq!(row.offset, Some(k as u64 + 1), "{offset:?}");
+            assert_eq!(row.frame(), frame, "{offset:?}: offset {}", k + 1);
+            from_tables += u64::from(s.is_catching_up());
+        }
+        assert!(from_tables >= table_end - 1, "{offset:?}: {from_tables}");
+        eprintln!(
+            "across the seam on S3 from {offset:?}: {} rows once each, {from_tables} from the two tables (the old log's 300, the new log's {}), {} from the socket, in {:?}",
+            frames.len(),
+            from_tables - 300,
+            frames.len() as u64 - from_tables,
+            began.elapsed()
+        );
+        s.close().expect("close");
+    }
+    let out = corecast_run(
+        &[
+            "sub",
+            &url,
+            "--offset",
+            "1",
+            "--catch-up",
+            "--count",
+            &frames.len().to_string(),
+        ],
+        None,
+        Duration::from_secs(120),
+    );
+    assert_eq!(out.code, Some(0), "corecast sub across the seam: {out:?}");
+    assert_eq!(
+        out.lines(),
+        frames.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    assert_eq!(server.stop(), Some(0));
+}
+
 #[test]
 fn our_client_and_corecast_sub_catch_up_from_a_table_on_s3() {
     let Some(moto) = Moto::start() else { return };
@@ -378,13 +581,16 @@ fn our_client_and_corecast_sub_catch_up_from_a_table_on_s3() {
     std::env::remove_var("AWS_ALLOW_HTTP");
     let bucket = moto::bucket("catchup");
     moto.create_bucket(&bucket);
+    let seam_bucket = moto::bucket("catchupseam");
+    moto.create_bucket(&seam_bucket);
     let began = Instant::now();
     let (pid_tx, pid_rx) = mpsc::channel();
     let (done_tx, done_rx) = mpsc::channel();
     std::thread::scope(|scope| {
         let worker = scope.spawn(|| {
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                scenario(&moto, &bucket, pid_tx)
+                scenario(&moto, &bucket, pid_tx.clone());
+                seam_scenario(&moto, &seam_bucket, pid_tx);
             }));
             let _ = done_tx.send(());
             if let Err(panic) = result {
@@ -392,8 +598,8 @@ fn our_client_and_corecast_sub_catch_up_from_a_table_on_s3() {
             }
         });
         if done_rx.recv_timeout(DEADLINE).is_err() {
-            // the worker is stuck in a read: kill the broker (its socket closes, the read ends)
-            if let Ok(pid) = pid_rx.try_recv() {
+            // the worker is stuck in a read: kill the brokers (a socket closes, the read ends)
+            while let Ok(pid) = pid_rx.try_recv() {
                 let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
             }
             panic!("the scenario did not finish in {DEADLINE:?}");

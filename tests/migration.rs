@@ -5,7 +5,8 @@
 //! the seam as `earliest`; the unchanged official client catches up across the seam; a kill -9
 //! at each step of a migration finishes it exactly once after the restart; the 4xx rules of the
 //! migration resource; a retired stream is never revived; exactly-once marks carry over;
-//! `corecast ctl migrate`.
+//! `corecast ctl migrate`; our own client's catch-up (and `corecast sub --catch-up`) across the
+//! seam, from 1, from the earliest and with a filter on the column the migration added.
 mod support;
 
 use std::io::{Read, Write};
@@ -15,6 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use corecast_net::client::{blocking, Offset, PublishOptions, SubscribeOptions};
+use corecast_storage::published::{PublishedTable, S3Options};
 use serde_json::{json, Value};
 use support::{recv_close, recv_text, ws_connect, Server, Setup};
 
@@ -986,4 +989,274 @@ fn a_stream_without_a_log_takes_its_new_schema_at_once() {
     assert!(g["schema"]["properties"]["note"].is_object(), "{g}");
     drop(ws);
     assert!(!setup.data().join("live/logs.json").exists());
+}
+
+/// Publishes `rows` in one frame through our own client; their offsets. (While one of our
+/// client's subscriptions is open on this thread, a blocking read of another library's socket
+/// may be interrupted, EINTR, by the io_uring completions of ours.)
+fn publish_ours(server: &Server, stream: &str, rows: &[Value]) -> Vec<Option<u64>> {
+    let mut p =
+        blocking::publish(&server.url(stream), PublishOptions::default()).expect("publisher");
+    let texts: Vec<String> = rows.iter().map(Value::to_string).collect();
+    let offsets = p.send_batch(&texts).expect("acknowledged");
+    p.close().expect("publisher close");
+    offsets
+}
+
+/// Every frame a live subscriber of `stream` gets for `rows`, published after it subscribed
+/// (at offsets `first..`); it is closed after.
+fn published_frames(server: &Server, stream: &str, rows: &[Value], first: u64) -> Vec<String> {
+    let url = server.url(stream);
+    let mut live = blocking::connect(&url, SubscribeOptions::default()).expect("live subscriber");
+    assert_eq!(
+        publish_ours(server, stream, rows),
+        (first..first + rows.len() as u64)
+            .map(Some)
+            .collect::<Vec<_>>()
+    );
+    let frames = (first..first + rows.len() as u64)
+        .map(|want| {
+            let row = live.next().expect("live row").expect("a live row");
+            assert_eq!(row.offset, Some(want));
+            row.frame().to_string()
+        })
+        .collect();
+    live.close().expect("close");
+    frames
+}
+
+/// Our client's catch-up of `stream` from `offset` with `where_json`: it must deliver exactly
+/// `want` (offset, frame), then `live` rows published once it has read them (at offsets
+/// `live_first..`) on the same subscription. Returns how many rows came from the tables, and
+/// the live rows' frames.
+fn our_catch_up(
+    server: &Server,
+    stream: &str,
+    offset: Offset,
+    where_json: Option<&str>,
+    want: &[(u64, String)],
+    live: &[Value],
+    live_first: u64,
+) -> (u64, Vec<String>) {
+    let mut s = blocking::connect(
+        &server.url(stream),
+        SubscribeOptions {
+            offset: Some(offset),
+            where_json: where_json.map(str::to_string),
+            catch_up: true,
+            ..SubscribeOptions::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("catch-up from {offset:?} where {where_json:?}: {e}"));
+    assert!(s.is_catching_up(), "{offset:?}: refused, so catching up");
+    let mut from_tables = 0;
+    for (at, frame) in want {
+        let row = s.next().expect("row").expect("a row");
+        assert_eq!(row.offset, Some(*at), "{offset:?} {where_json:?}");
+        assert_eq!(row.frame(), frame, "{offset:?} {where_json:?}: offset {at}");
+        from_tables += u64::from(s.is_catching_up());
+    }
+    let mut live_frames = Vec::new();
+    if !live.is_empty() {
+        let offsets: Vec<Option<u64>> = (live_first..live_first + live.len() as u64)
+            .map(Some)
+            .collect();
+        assert_eq!(publish_ours(server, stream, live), offsets);
+        for (k, v) in live.iter().enumerate() {
+            let row = s.next().expect("row").expect("a live row");
+            assert_eq!(row.offset, Some(live_first + k as u64));
+            let got: Value = serde_json::from_str(row.row()).unwrap();
+            assert_eq!(got["i"], v["i"]);
+            live_frames.push(row.frame().to_string());
+        }
+        assert!(!s.is_catching_up(), "spliced onto the socket");
+    }
+    s.close().expect("close");
+    (from_tables, live_frames)
+}
+
+#[test]
+fn our_catch_up_reads_across_the_seam() {
+    let setup = Setup::new();
+    let server = Server::start(Some(&setup.config(CONFIG)), &setup.data(), &[]);
+    let a = server.addr;
+    // small seals, a small replay window: what the live log's table holds is soon too old for
+    // the socket, so a catch-up from the earliest is refused too and reads both logs' tables
+    let d = json!({ "schema": v1(), "seal_target_bytes": 4096, "max_replay": 20 });
+    finished(a, &create(a, "ours", &d));
+    let mut frames = published_frames(&server, "ours", &rows(1, 301), 1);
+    let op = migrate(a, "ours", &v2());
+    assert_eq!(finished(a, &op)["state"], "succeeded");
+    let seam = 301;
+    let s = get(a, "/control/v1/streams/ours").json();
+    assert_eq!(s["declaration"]["max_replay"], 20, "{s}");
+    // the new log, with the new column: every other row leaves it null
+    let after: Vec<Value> = (301..701)
+        .map(|i| match i % 2 {
+            0 => json!({ "i": i, "note": format!("n{i}") }),
+            _ => json!({ "i": i }),
+        })
+        .collect();
+    frames.extend(published_frames(&server, "ours", &after, seam));
+    let end = 701u64;
+    assert!(frames[0].ends_with(r#",{"i":1}]"#), "{}", frames[0]);
+    assert!(
+        frames[300].ends_with(r#",{"i":301,"note":null}]"#),
+        "{}",
+        frames[300]
+    );
+    assert!(
+        frames[301].ends_with(r#",{"i":302,"note":"n302"}]"#),
+        "{}",
+        frames[301]
+    );
+
+    // let the new log publish: its table past the seam
+    let probe = blocking::connect(&server.url("ours"), SubscribeOptions::default()).unwrap();
+    let hint = probe
+        .greeting()
+        .metadata_hint
+        .clone()
+        .expect("metadata_hint");
+    let sid = probe.greeting().stream_id.clone().expect("stream_id");
+    probe.close().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let table_end = loop {
+        let t = PublishedTable::open(&hint, Some(&sid), &S3Options::default());
+        if let Ok(t) = &t {
+            if t.end() > seam + 100 {
+                assert_eq!(t.logs().len(), 2);
+                assert!(t.seam_defects().is_empty(), "{:?}", t.seam_defects());
+                assert_eq!(t.extent().start, 1);
+                break t.end();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new log published nothing past the seam: {:?}",
+            t.map(|t| t.extent())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // rows the tables do not hold yet (unless they are sealed and published at once), for the
+    // socket's share
+    let tail: Vec<Value> = (end..end + 20).map(|i| json!({ "i": i })).collect();
+    frames.extend(published_frames(&server, "ours", &tail, end));
+
+    // without catch-up: below the seam evicted; the earliest (the seam) too old once the broker
+    // has seen its new table hold rows past it (until then a resume at the seam is at the end of
+    // a table a catch-up may have read, and is served)
+    for offset in [Offset::At(1), Offset::Earliest] {
+        let e = loop {
+            match blocking::connect(
+                &server.url("ours"),
+                SubscribeOptions {
+                    offset: Some(offset),
+                    ..SubscribeOptions::default()
+                },
+            ) {
+                Err(e) => break e,
+                Ok(s) => {
+                    s.close().unwrap();
+                    assert!(Instant::now() < deadline, "{offset:?} is still served");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        };
+        assert!(e.is_catch_up_recoverable(), "{offset:?}: {e}");
+    }
+
+    // from 1 and from the earliest: every acknowledged row once, each frame byte for byte the
+    // one its live subscriber got (a row of the old log has the old log's columns), then live
+    // rows on the same subscription
+    let numbered = |frames: &[String]| -> Vec<(u64, String)> {
+        frames
+            .iter()
+            .enumerate()
+            .map(|(k, f)| (k as u64 + 1, f.clone()))
+            .collect()
+    };
+    for offset in [Offset::At(1), Offset::Earliest] {
+        let next = frames.len() as u64 + 1;
+        let live: Vec<Value> = (next..next + 3).map(|i| json!({ "i": i })).collect();
+        let want = numbered(&frames);
+        let (n, live_frames) = our_catch_up(&server, "ours", offset, None, &want, &live, next);
+        assert!(n >= table_end - 1, "{offset:?}: {n} rows from the tables");
+        eprintln!(
+            "our catch-up from {offset:?} across the seam at {seam}: {} rows once each, {n} from the tables (the old log's 300, the new log's {}), {} from the socket, then {} live",
+            want.len(),
+            n - 300,
+            want.len() as u64 - n,
+            live_frames.len()
+        );
+        frames.extend(live_frames);
+    }
+    let all = numbered(&frames);
+    // a filter on the column the migration added: the old log's rows read it as null
+    let nulls: Vec<(u64, String)> = all
+        .iter()
+        .filter(|(o, f)| *o < seam || f.ends_with(r#","note":null}]"#) || *o == 302)
+        .cloned()
+        .collect();
+    assert_eq!(
+        nulls.len(),
+        300 + 200 + 20 + 6 + 1,
+        "the old rows, the odd new rows, the tail and the live rows, 302"
+    );
+    let (n, _) = our_catch_up(
+        &server,
+        "ours",
+        Offset::At(1),
+        Some(r#"{"note":[null,"n302"]}"#),
+        &nulls,
+        &[],
+        0,
+    );
+    eprintln!(
+        "where note is null or n302, from 1: {} rows, {n} from the tables",
+        nulls.len()
+    );
+    // ... and a value: no row of the old log has it
+    let one: Vec<(u64, String)> = all.iter().filter(|(o, _)| *o == 302).cloned().collect();
+    our_catch_up(
+        &server,
+        "ours",
+        Offset::Earliest,
+        Some(r#"{"note":"n302"}"#),
+        &one,
+        &[],
+        0,
+    );
+
+    // corecast sub --catch-up: the same frames
+    let url = server.url("ours");
+    for (from, filter, want) in [
+        ("1", None, &all),
+        ("earliest", Some(r#"{"note":[null,"n302"]}"#), &nulls),
+    ] {
+        let count = want.len().to_string();
+        let mut args = vec![
+            "sub",
+            url.as_str(),
+            "--offset",
+            from,
+            "--catch-up",
+            "--count",
+            count.as_str(),
+        ];
+        if let Some(w) = filter {
+            args.extend(["--where", w]);
+        }
+        let out = support::corecast_run(&args, None, Duration::from_secs(60));
+        assert_eq!(out.code, Some(0), "{args:?}: {}", out.stderr);
+        let lines = out.lines();
+        assert_eq!(lines.len(), want.len(), "{args:?}");
+        for (line, (o, frame)) in lines.iter().zip(want.iter()) {
+            assert_eq!(*line, frame.as_str(), "{args:?}: offset {o}");
+        }
+        eprintln!(
+            "corecast sub --offset {from} --catch-up (where {filter:?}): {} lines, each the live frame",
+            lines.len()
+        );
+    }
 }

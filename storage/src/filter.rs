@@ -7,6 +7,8 @@
 //! client applies the subscription's filter to them itself). Refusals (4400) name what was wrong:
 //! not JSON, not an object, an empty list, an object or nested list value, an unknown column, a
 //! struct/list/map column. A type mismatch (`"1"` for an integer column) silently matches nothing.
+//! A row read from a migrated stream's older log is held to [`Filter::for_log`], which reads a
+//! column that log does not have as null (as the official client does).
 
 use crate::tier::{ColumnPredicate, PredicateValue};
 use sonic_rs::{JsonContainerTrait, JsonType, JsonValueTrait, Value};
@@ -167,6 +169,9 @@ struct ValueSet {
     strs: std::collections::HashSet<String>,
 }
 
+/// A membership term of at most this many strings compares them rather than hashing.
+const STRS_COMPARED_MAX: usize = 4;
+
 /// Below this magnitude an integral `f64` is the conversion of exactly one integer.
 const EXACT_INT: f64 = 9_007_199_254_740_992.0;
 
@@ -201,6 +206,9 @@ impl ValueSet {
         match value {
             Val::Null => self.null,
             Val::Bool(b) => self.bools[usize::from(b)],
+            // a few strings (`{"action":["C","F"]}`): compared, not hashed (SipHash costs more
+            // than the comparisons)
+            Val::Str(s) if self.strs.len() <= STRS_COMPARED_MAX => self.strs.iter().any(|w| w == s),
             Val::Str(s) => self.strs.contains(s),
             Val::Int(i) => self.ints.contains(&i) || self.has_num(i as f64),
             Val::Num(x) => {
@@ -221,6 +229,9 @@ impl ValueSet {
 pub struct Filter {
     terms: Vec<Term>,
     echo: String,
+    /// Matches no row at all: a term on a column the rows' log lacks, which reads as null,
+    /// does not admit null ([`Filter::for_log`]).
+    none: bool,
 }
 
 impl Filter {
@@ -273,7 +284,34 @@ impl Filter {
             });
         }
         let echo = sonic_rs::to_string(&v).unwrap_or_else(|_| "{}".into());
-        Ok(Filter { terms, echo })
+        Ok(Filter {
+            terms,
+            echo,
+            none: false,
+        })
+    }
+
+    /// This filter for the rows of a log that may lack some of the columns it names: a
+    /// migrated stream's older log, from before a migration added them (`has_column` says
+    /// which columns that log has). A term on a column the log lacks reads the column as
+    /// null, as the official client's catch-up does (it looks the column up in a row of the
+    /// older table, which has no such key): the term passes every row of the log if it admits
+    /// null, and then the filter matches no row of it otherwise. The terms on the log's own
+    /// columns are kept as they are.
+    pub fn for_log(&self, has_column: impl Fn(&str) -> bool) -> Filter {
+        let mut out = Filter {
+            terms: Vec::with_capacity(self.terms.len()),
+            echo: self.echo.clone(),
+            none: self.none,
+        };
+        for t in &self.terms {
+            if has_column(&t.column) {
+                out.terms.push(t.clone());
+            } else if !t.set.null {
+                out.none = true;
+            }
+        }
+        out
     }
 
     /// The filter as the greeting echoes it (compact JSON object).
@@ -282,7 +320,7 @@ impl Filter {
     }
 
     /// The terms as column predicates, for skipping sealed row groups whose statistics exclude
-    /// them.
+    /// them (of a filter that matches nothing, its terms still: skipping less is safe).
     pub fn predicates(&self) -> Vec<ColumnPredicate> {
         self.terms
             .iter()
@@ -306,15 +344,16 @@ impl Filter {
     /// Whether the row (canonical JSON object bytes) passes every term. Only the named keys are
     /// looked at (a lazy scan of the row, no tree built).
     pub fn matches(&self, row: &[u8]) -> bool {
-        self.terms.iter().all(|t| {
-            let Ok(x) = sonic_rs::get(row, [t.column.as_str()]) else {
-                return false;
-            };
-            let Some(x) = Val::of(&x) else {
-                return false;
-            };
-            t.has(x)
-        })
+        !self.none
+            && self.terms.iter().all(|t| {
+                let Ok(x) = sonic_rs::get(row, [t.column.as_str()]) else {
+                    return false;
+                };
+                let Some(x) = Val::of(&x) else {
+                    return false;
+                };
+                t.has(x)
+            })
     }
 
     /// The columns the terms name, in term order: what [`Filter::matches_values`] takes.
@@ -328,13 +367,14 @@ impl Filter {
     /// in one pass over the row.
     pub fn matches_values(&self, values: &[Option<&[u8]>]) -> bool {
         assert_eq!(values.len(), self.terms.len(), "one value per term");
-        self.terms.iter().zip(values).all(|(t, raw)| {
-            let mut scratch = String::new();
-            match raw.and_then(|raw| Val::of_raw(raw, &mut scratch)) {
-                Some(x) => t.has(x),
-                None => false,
-            }
-        })
+        !self.none
+            && self.terms.iter().zip(values).all(|(t, raw)| {
+                let mut scratch = String::new();
+                match raw.and_then(|raw| Val::of_raw(raw, &mut scratch)) {
+                    Some(x) => t.has(x),
+                    None => false,
+                }
+            })
     }
 }
 
@@ -463,6 +503,35 @@ mod tests {
         assert!(
             !f.matches_values(&[None]),
             "a missing column matches nothing"
+        );
+    }
+
+    #[test]
+    fn a_column_an_older_log_lacks_reads_as_null() {
+        // the live log added `note`; the older one has only `side`
+        let older = |c: &str| c == "side";
+        let f = Filter::parse(r#"{"note":["a",null],"side":1}"#, None).unwrap();
+        let g = f.for_log(older);
+        assert!(g.matches(br#"{"side":1}"#));
+        assert!(!g.matches(br#"{"side":0}"#));
+        assert_eq!(g.columns().collect::<Vec<_>>(), ["side"]);
+        assert!(g.matches_values(&[Some(b"1")]));
+        assert_eq!(
+            g.echo(),
+            f.echo(),
+            "the subscription's filter, as the greeting echoes it"
+        );
+        // a term that does not admit null matches no row of the older log
+        let f = Filter::parse(r#"{"note":"a","side":1}"#, None).unwrap();
+        let g = f.for_log(older);
+        assert!(!g.matches(br#"{"side":1}"#));
+        assert!(!g.matches_values(&[Some(b"1")]));
+        // a log with every column: the same filter
+        let h = f.for_log(|_| true);
+        assert!(h.matches(br#"{"note":"a","side":1}"#));
+        assert!(
+            !h.matches(br#"{"side":1}"#),
+            "on a row that has the column, a missing key still matches nothing"
         );
     }
 

@@ -27,8 +27,10 @@ pub struct SubArgs {
     #[arg(long, value_name = "FILE")]
     pub cursor: Option<PathBuf>,
     /// When the server no longer replays the offset asked for (4416 too_old or evicted), read
-    /// the gap from the stream's published table, then resume on the socket where the table
-    /// ends: every row once, in order, as the socket would have sent it. An s3:// table is read
+    /// the gap from the stream's published tables (after a migration, the sealed logs' tables,
+    /// oldest first, then the live log's), then resume on the socket where they end: every row
+    /// once, in order, as the socket would have sent it (a row from before a migration with the
+    /// columns it had). An s3:// table is read
     /// with the standard AWS_* environment (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID,
     /// AWS_SECRET_ACCESS_KEY).
     #[arg(long)]

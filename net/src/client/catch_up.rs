@@ -8,13 +8,20 @@
 //!    `metadata_hint` (else `metadata`) names the stream metadata, its `stream_id` the stream;
 //!    no URI is [`ClientError::CatchUpNowhere`];
 //! 3. **prepare** (before [`super::connect`] returns, so an unreadable table fails there):
-//!    [`PublishedTable::open`] resolves the hints and reads the table's manifests; from N (or
-//!    the table's floor for the earliest) to the table's end, refusing a table that ends at or
-//!    below N ([`ClientError::CatchUpNothingAbove`]) or starts above it
-//!    ([`ClientError::CatchUpGapBelow`]);
-//! 4. **rows**: the table's rows, in offset order, filtered by the subscription's `where=`
-//!    (the server never sees them), each framed `[offset,ts,row]` exactly as the server frames
-//!    it. Nothing is connected meanwhile: a socket held through a long read would fill the
+//!    [`PublishedTable::open`] resolves the hints and reads the manifests of every log's table
+//!    (after migrations: the sealed logs' tables, oldest first, then the live log's, with the
+//!    stream manifest's row counts); from N (or the tables' floor for the earliest) to the live
+//!    table's end, refusing tables that end at or below N
+//!    ([`ClientError::CatchUpNothingAbove`]) or start above it
+//!    ([`ClientError::CatchUpGapBelow`]), and logs that do not splice over that range (a hole
+//!    or an overlap at a seam, a sealed log's table missing or published short:
+//!    [`ClientError::CatchUpFailed`] naming the log and the offsets);
+//! 4. **rows**: the tables' rows, in offset order across the seams, each log's decoded with its
+//!    own schema (a row of an older log has that log's columns, as its subscribers received
+//!    it and as the official client delivers it), filtered by the subscription's `where=` (the
+//!    server never sees them; a column an older log lacks reads as null there,
+//!    [`Filter::for_log`]), each framed `[offset,ts,row]` exactly as the server frames it.
+//!    Nothing is connected meanwhile: a socket held through a long read would fill the
 //!    server's backlog for this subscriber;
 //! 5. **resume** at `max(last + 1, table end)`. Accepted: the socket takes over, and its first
 //!    row must be exactly that offset (without a filter) and in any case above the last table
@@ -27,6 +34,7 @@
 
 use corecast_storage::filter::Filter;
 use corecast_storage::published::{PublishedTable, ReadError, S3Options, TableRows};
+use corecast_storage::schema::RowCodec;
 use corecast_storage::tier::RowChunk;
 
 use super::conn::WsConn;
@@ -64,6 +72,8 @@ pub(super) struct CatchUp {
     stream_id: Option<String>,
     where_json: Option<String>,
     filter: Option<Filter>,
+    /// `filter` for the log of `chunk` ([`Filter::for_log`]), and that log's name.
+    chunk_filter: Option<(String, Filter)>,
     rounds_max: u32,
     /// Rounds begun (1-based).
     round: u32,
@@ -116,6 +126,7 @@ impl CatchUp {
             stream_id: probe.stream_id.clone(),
             where_json: opts.where_json.clone(),
             filter,
+            chunk_filter: None,
             rounds_max: opts.catch_up_retries.max(1),
             round: 1,
             start: 0,
@@ -156,7 +167,11 @@ impl CatchUp {
                 // past this row either way: a filtered row moves the start as the server's
                 // filter skips a live one
                 self.start = o + 1;
-                if self.filter.as_ref().is_some_and(|f| !f.matches(bytes)) {
+                let filter = match &self.chunk_filter {
+                    Some((_, f)) => Some(f),
+                    None => self.filter.as_ref(),
+                };
+                if filter.is_some_and(|f| !f.matches(bytes)) {
                     continue;
                 }
                 let Ok(text) = std::str::from_utf8(bytes) else {
@@ -172,6 +187,7 @@ impl CatchUp {
                 Some(chunk) => {
                     self.chunk = chunk;
                     self.pos = 0;
+                    self.filter_chunk_log();
                     continue;
                 }
                 None => self.rows = None,
@@ -208,6 +224,30 @@ impl CatchUp {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Holds the chunk just read to the subscription's filter as its log's rows take it: the
+    /// filter is made again only when the chunk comes from another log than the last one.
+    fn filter_chunk_log(&mut self) {
+        let (Some(filter), Some(rows)) = (&self.filter, &self.rows) else {
+            return;
+        };
+        let Some(log) = rows.log() else {
+            return;
+        };
+        if self
+            .chunk_filter
+            .as_ref()
+            .is_some_and(|(name, _)| *name == log.name)
+        {
+            return;
+        }
+        let for_log = match rows.codec() {
+            Some(RowCodec::Schema(schema)) => filter.for_log(|c| schema.column(c).is_some()),
+            // a schema-less log may hold any key
+            Some(RowCodec::Schemaless) | None => filter.clone(),
+        };
+        self.chunk_filter = Some((log.name.clone(), for_log));
     }
 
     /// Another round: the hints read again, the rows published since `start`.

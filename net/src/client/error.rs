@@ -171,8 +171,9 @@ pub enum ClientError {
         /// The server's last refusal.
         refusal: String,
     },
-    /// Catch-up: the published table could not be read (a missing or damaged file, another
-    /// stream's metadata, a hole in the offsets, a store or credentials failure).
+    /// Catch-up: the published tables could not be read (a missing or damaged file, another
+    /// stream's metadata, a hole in the offsets, logs that do not splice at a migration's seam,
+    /// a store or credentials failure).
     #[error("cannot catch up '{stream}' from {uri}: {detail}")]
     CatchUpFailed {
         /// The stream.

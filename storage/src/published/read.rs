@@ -1,5 +1,6 @@
-//! Reading a published stream back: the stream metadata, its live log's Iceberg table, and the
-//! rows of an offset range, byte-identical to what a live subscriber receives.
+//! Reading a published stream back: the stream metadata, the Iceberg table of each of its logs
+//! (a migrated stream's sealed logs, then its live log), and the rows of an offset range across
+//! them, byte-identical to what a live subscriber received.
 //!
 //! In: a stream-metadata URI (a greeting's `metadata_hint`, `…/<stream>.metadata/version-hint.text`,
 //! or its `metadata`, the plain `…/<stream>.metadata.json`), the `stream_id` the greeting
@@ -15,28 +16,45 @@
 //!    stripped text is the version's file name beside it; a plain URI reads the hint in
 //!    `<name>.metadata/` beside it, or the plain file itself when there is no hint. Checked:
 //!    `streamcast_metadata` ∈ {1, 2, 3}, `stream`, `stream_id` (against the greeting's),
-//!    `sealed_logs` (a list; this reader reads streams whose history is their live log only),
-//!    `live_log.{name, published, start_offset, schema, system_schema}`;
-//! 2. **the Iceberg table** at `<published>/<name>`: `metadata/version-hint.text` holds the
-//!    stem of the current `<stem>.metadata.json` (no hint: nothing is published yet); the
+//!    `sealed_logs` (a list, oldest first, each with the `live_log` keys plus `end_offset`),
+//!    `live_log.{name, published, start_offset, schema, system_schema}`, `manifest`;
+//! 2. **the stream manifest** (for a stream with sealed logs whose metadata names one): the
+//!    Parquet file beside the metadata, one row per sealed log, of which the `record_count`
+//!    is compared with the log's table (a missing manifest compares nothing, as the official
+//!    client ignores it);
+//! 3. **each log's Iceberg table** at `<published>/<name>`: `metadata/version-hint.text` holds
+//!    the stem of the current `<stem>.metadata.json` (no hint: nothing is published yet); the
 //!    current snapshot's manifest list (Avro), its manifests (Avro), and of each live data file
 //!    its path, size, record count and `litelink_offset` bounds (Iceberg's single-value
 //!    serialization: 8 bytes little-endian; a file without them is measured from its own
 //!    Parquet statistics);
-//! 3. **rows**: each data file overlapping the range is fetched whole and read by
-//!    [`SegmentReader`] with [`ColumnMatch::Mapped`] (columns by Parquet field id, or by the
-//!    table's `schema.name-mapping.default`), re-encoded by the stream's [`RowCodec`] (built
-//!    from `live_log.schema`) exactly as the validator encoded it.
+//! 4. **rows**: oldest log first, each log's share of the range (from its `start_offset` or its
+//!    table's first row, to its `end_offset` or its table's end); each data file overlapping
+//!    it is fetched whole and read by [`SegmentReader`] with [`ColumnMatch::Mapped`] (columns
+//!    by Parquet field id, or by the table's `schema.name-mapping.default`), re-encoded by that
+//!    log's own [`RowCodec`] (built from its `schema`: a migration changes it) exactly as the
+//!    validator encoded it when the row was published. A row of an older log therefore has the
+//!    older log's columns, as its live subscribers received it and as the official client
+//!    delivers it (the row is the table's columns).
+//!
+//! The extent is the official client's: the floor is that of the oldest log whose table holds
+//! rows above its `start_offset`, the end the live log's table's end (its `start_offset`, the
+//! last seam, when it has published nothing yet).
 //!
 //! # Strictness
 //!
-//! The official client trusts the table (§5): it skips holes in the offsets as restore fences
-//! and resumes after whatever the upper bounds say. This reader does not. A file whose record
-//! count is not the size of its bounds, two files that overlap, or a hole between two files is
-//! refused when the range asked for meets it ([`ReadError::Defect`]); while reading, every
-//! offset of the range must arrive exactly once, in order, or the read fails
-//! ([`ReadError::RowsMissing`]). A missing or damaged file is an error naming it, never rows
-//! skipped. Nothing taken from a file is unwrapped.
+//! The official client trusts the tables (§5): it skips holes in the offsets as restore fences
+//! and resumes after whatever the upper bounds say; across a seam it compares only a sealed
+//! log's row count with the stream manifest's. This reader does not trust them. Within a table,
+//! a file whose record count is not the size of its bounds, two files that overlap, or a hole
+//! between two files is refused when the range asked for meets it ([`ReadError::Defect`]).
+//! Across logs ([`SeamDefect`], refused as [`ReadError::Seam`] when the range meets it): a hole
+//! or an overlap between one log's `end_offset` (or its table's end) and the next log's
+//! `start_offset` (or its table's first row), a sealed log's table missing, a sealed log's
+//! table holding fewer rows than the stream manifest records. While reading, every offset of
+//! the range must arrive exactly once, in order, or the read fails ([`ReadError::RowsMissing`]).
+//! A missing or damaged file is an error naming it, never rows skipped. Nothing taken from a
+//! file is unwrapped.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -104,8 +122,8 @@ pub enum ReadError {
         /// The greeting's.
         expected: String,
     },
-    /// A valid layout this reader does not read (sealed logs, delete files, another file
-    /// format, an Iceberg format version other than 2).
+    /// A valid layout this reader does not read (delete files, another file format, an
+    /// Iceberg format version other than 2).
     #[error("{uri}: {what}, which this reader does not read")]
     Unsupported {
         /// The file.
@@ -125,6 +143,18 @@ pub enum ReadError {
         asked: Range<u64>,
         /// What is wrong.
         what: String,
+    },
+    /// The logs of a migrated stream do not splice at a seam for some offsets of the range
+    /// asked for: a hole or an overlap between two logs, a sealed log's table missing or
+    /// holding fewer rows than the stream manifest records.
+    #[error("'{stream}': {defect}; refusing to read {}..{} across it", asked.start, asked.end)]
+    Seam {
+        /// The stream.
+        stream: String,
+        /// What is wrong, naming the log(s) and the offsets.
+        defect: Box<SeamDefect>,
+        /// The range asked for.
+        asked: Range<u64>,
     },
     /// A range outside the table's extent.
     #[error("table {table} holds [{}, {}); {}..{} is not inside it", extent.start, extent.end, asked.start, asked.end)]
@@ -188,7 +218,7 @@ fn local_note(uri: &str) -> &'static str {
     }
 }
 
-/// One log of the stream metadata (`live_log`).
+/// One log of the stream metadata: `live_log`, or an entry of `sealed_logs`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LogEntry {
     /// The log's name: its table is `<published>/<name>`.
@@ -197,6 +227,9 @@ pub struct LogEntry {
     pub published: String,
     /// The log's first offset.
     pub start_offset: u64,
+    /// One past its last offset (`end_offset`, exclusive) for a sealed log; `None` for the live
+    /// log, whose end still moves.
+    pub end_offset: Option<u64>,
     /// The declared columns as JSON Schema (`{}` for a schema-less stream), compact, with
     /// its keys in the file's order (the declared column order).
     pub schema_json: String,
@@ -213,11 +246,25 @@ pub struct StreamMetadata {
     pub stream: String,
     /// `stream_id`.
     pub stream_id: String,
+    /// `sealed_logs`: the logs earlier migrations sealed, oldest first.
+    pub sealed_logs: Vec<LogEntry>,
     /// `live_log`.
     pub live_log: LogEntry,
+    /// `manifest`: the name of the stream manifest (Parquet, one row per sealed log) in the
+    /// directory of the file read; `None` when the metadata names none.
+    pub manifest: Option<String>,
 }
 
-/// One live data file of the table's current snapshot.
+impl StreamMetadata {
+    /// Every log, oldest first, the live one last.
+    pub fn logs(&self) -> impl Iterator<Item = &LogEntry> {
+        self.sealed_logs
+            .iter()
+            .chain(std::iter::once(&self.live_log))
+    }
+}
+
+/// One live data file of a log's table (its current snapshot).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataFile {
     /// Its absolute URI, as the manifest names it.
@@ -239,10 +286,77 @@ impl DataFile {
     }
 }
 
-/// A stream's published history, opened: the metadata, the live data files and the extent.
+/// What keeps a migrated stream's logs from reading as one offset space across a seam (a log
+/// boundary). Each names the log and the offsets; the official client checks only the row
+/// counts (and would skip a hole as a restore fence, or read an overlap twice).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SeamDefect {
+    /// No table holds these offsets, between two consecutive logs.
+    #[error("no log holds offsets {}..{}, between log '{log}' and log '{next}' ({detail})", offsets.start, offsets.end)]
+    Hole {
+        /// The earlier log.
+        log: String,
+        /// The later log.
+        next: String,
+        /// The offsets missing.
+        offsets: Range<u64>,
+        /// Where the two ends come from.
+        detail: String,
+    },
+    /// Two consecutive logs both hold these offsets.
+    #[error("offsets {}..{} are in both log '{log}' and log '{next}' ({detail})", offsets.start, offsets.end)]
+    Overlap {
+        /// The earlier log.
+        log: String,
+        /// The later log.
+        next: String,
+        /// The offsets held twice.
+        offsets: Range<u64>,
+        /// Where the two ends come from.
+        detail: String,
+    },
+    /// A sealed log's table is not there (no `metadata/version-hint.text`).
+    #[error("sealed log '{log}' (offsets {}..{}) has no published table at {table} (no metadata/version-hint.text)", offsets.start, offsets.end)]
+    TableMissing {
+        /// The sealed log.
+        log: String,
+        /// Its table's URI.
+        table: String,
+        /// Its offsets, `[start_offset, end_offset)`.
+        offsets: Range<u64>,
+    },
+    /// A sealed log's table holds fewer rows than the stream manifest records for it.
+    #[error("sealed log '{log}' (offsets {}..{}) is published short: its table {table} holds {holds} rows, but the stream manifest records {expected}", offsets.start, offsets.end)]
+    PublishedShort {
+        /// The sealed log.
+        log: String,
+        /// Its table's URI.
+        table: String,
+        /// Rows its table holds (Σ `record_count` of its data files).
+        holds: u64,
+        /// The manifest's `record_count`.
+        expected: u64,
+        /// Its offsets, `[start_offset, end_offset)`.
+        offsets: Range<u64>,
+    },
+}
+
+impl SeamDefect {
+    /// The offsets it makes unreadable.
+    pub fn offsets(&self) -> &Range<u64> {
+        match self {
+            SeamDefect::Hole { offsets, .. }
+            | SeamDefect::Overlap { offsets, .. }
+            | SeamDefect::TableMissing { offsets, .. }
+            | SeamDefect::PublishedShort { offsets, .. } => offsets,
+        }
+    }
+}
+
+/// One log's Iceberg table, opened: its entry, its live data files and its extent.
 #[derive(Debug, Clone)]
-pub struct PublishedTable {
-    metadata: StreamMetadata,
+pub struct LogTable {
+    entry: LogEntry,
     table: String,
     table_metadata: Option<String>,
     files: Vec<DataFile>,
@@ -251,61 +365,38 @@ pub struct PublishedTable {
     end: u64,
     codec: RowCodec,
     columns: Vec<MappedColumn>,
-    fetcher: Fetcher,
 }
 
-impl PublishedTable {
-    /// Resolves `uri` and reads the stream metadata and its live log's table (no data file is
-    /// read unless a manifest entry lacks its offset bounds). With `stream_id`, the metadata
-    /// must be that stream's.
-    ///
-    /// # Errors
-    ///
-    /// [`ReadError::NoMetadata`], [`ReadError::StreamIdMismatch`], [`ReadError::Missing`] for a
-    /// file a hint, snapshot or manifest names that is not there, [`ReadError::Invalid`] for
-    /// one that does not parse or lacks a field, [`ReadError::Unsupported`],
-    /// [`ReadError::Store`].
-    pub fn open(
-        uri: &str,
-        stream_id: Option<&str>,
-        s3: &S3Options,
-    ) -> Result<PublishedTable, ReadError> {
-        let mut fetcher = Fetcher::new(s3.clone());
-        let (metadata_uri, bytes) = resolve(&mut fetcher, uri)?;
-        let metadata = parse_stream_metadata(&metadata_uri, &bytes)?;
-        if let Some(expected) = stream_id {
-            if metadata.stream_id != expected {
-                return Err(ReadError::StreamIdMismatch {
-                    uri: metadata_uri,
-                    found: metadata.stream_id,
-                    expected: expected.to_string(),
-                });
-            }
-        }
-        let codec = codec_of(&metadata)?;
-        let log = &metadata.live_log;
-        let table = format!("{}/{}", log.published.trim_end_matches('/'), log.name);
-        let mut opened = PublishedTable {
+impl LogTable {
+    /// Reads the table of `entry` (`label` names it in errors: `live_log`, `sealed_logs[0]`).
+    /// A table without a hint is opened empty (nothing published).
+    fn open(
+        fetcher: &mut Fetcher,
+        metadata_uri: &str,
+        label: &str,
+        entry: LogEntry,
+    ) -> Result<LogTable, ReadError> {
+        let codec = codec_of(metadata_uri, label, &entry)?;
+        let table = format!("{}/{}", entry.published.trim_end_matches('/'), entry.name);
+        let mut opened = LogTable {
             table: table.clone(),
             table_metadata: None,
             files: Vec::new(),
             defects: Vec::new(),
             floor: None,
-            end: log.start_offset,
+            end: entry.start_offset,
             codec,
             columns: Vec::new(),
-            fetcher,
-            metadata,
+            entry,
         };
         let hint = format!("{table}/metadata/{VERSION_HINT}");
-        let Some(stem) = opened.fetcher.get(&hint)? else {
+        let Some(stem) = fetcher.get(&hint)? else {
             // no table yet: nothing is published
             return Ok(opened);
         };
         let stem = file_name(&hint, &stem)?;
         let table_metadata = format!("{table}/metadata/{stem}.metadata.json");
-        let bytes = opened
-            .fetcher
+        let bytes = fetcher
             .get(&table_metadata)?
             .ok_or_else(|| ReadError::Missing {
                 uri: table_metadata.clone(),
@@ -325,7 +416,13 @@ impl PublishedTable {
             }
         }
         // the declared columns in the table's order: the order of the keys in every row
-        opened.codec = codec_in_table_order(&opened.metadata, &table_metadata, &iceberg)?;
+        opened.codec = codec_in_table_order(
+            metadata_uri,
+            label,
+            &opened.entry,
+            &table_metadata,
+            &iceberg,
+        )?;
         opened.columns = mapped_columns(&table_metadata, &iceberg, &opened.codec)?;
         opened.table_metadata = Some(table_metadata.clone());
         let Some(list) = current_manifest_list(&table_metadata, &iceberg)? else {
@@ -333,27 +430,41 @@ impl PublishedTable {
         };
         let offset_id = opened.columns[0].field_id;
         let mut files = Vec::new();
-        for manifest in manifest_paths(&mut opened.fetcher, &list, &table_metadata)? {
-            read_manifest(&mut opened.fetcher, &manifest, &list, offset_id, &mut files)?;
+        for manifest in manifest_paths(fetcher, &list, &table_metadata)? {
+            read_manifest(fetcher, &manifest, &list, offset_id, &mut files)?;
         }
         for file in files.iter_mut().filter(|f| f.offsets.0 > f.offsets.1) {
             // no bounds in the manifest (marked by an empty range): the file's own statistics
-            file.offsets = offsets_from_footer(&mut opened.fetcher, file, &opened.columns[0])?;
+            file.offsets = offsets_from_footer(fetcher, file, &opened.columns[0])?;
         }
-        files.sort_by_key(|f| f.offsets);
-        opened.defects = defects(&files);
-        if let (Some(first), Some(high)) = (files.first(), files.iter().map(|f| f.offsets.1).max())
-        {
-            opened.floor = Some(first.offsets.0.max(opened.metadata.live_log.start_offset));
-            opened.end = high.saturating_add(1);
-        }
-        opened.files = files;
+        opened.set_files(files);
         Ok(opened)
     }
 
-    /// The stream metadata.
-    pub fn metadata(&self) -> &StreamMetadata {
-        &self.metadata
+    /// The table's live data files: their defects, the floor and the end.
+    fn set_files(&mut self, mut files: Vec<DataFile>) {
+        files.sort_by_key(|f| f.offsets);
+        self.defects = defects(&files);
+        if let (Some(first), Some(high)) = (files.first(), files.iter().map(|f| f.offsets.1).max())
+        {
+            self.end = high.saturating_add(1);
+            // the official client's floor: rows above the log's start, from there (retention
+            // raises `start_offset` before it deletes the rows below it)
+            if self.end > self.entry.start_offset {
+                self.floor = Some(first.offsets.0.max(self.entry.start_offset));
+            }
+        }
+        self.files = files;
+    }
+
+    /// The log's entry in the stream metadata.
+    pub fn entry(&self) -> &LogEntry {
+        &self.entry
+    }
+
+    /// Whether this is a sealed log (it has an `end_offset`).
+    pub fn is_sealed(&self) -> bool {
+        self.entry.end_offset.is_some()
     }
 
     /// The table's URI, `<published>/<name>`.
@@ -371,60 +482,249 @@ impl PublishedTable {
         &self.files
     }
 
-    /// The codec rows are re-encoded with (from `live_log.schema`).
+    /// Rows the table holds (Σ `record_count` of its data files).
+    pub fn record_count(&self) -> u64 {
+        self.files.iter().map(|f| f.record_count).sum()
+    }
+
+    /// The codec this log's rows are re-encoded with (from its own schema: a migration
+    /// changes it).
     pub fn codec(&self) -> &RowCodec {
         &self.codec
     }
 
-    /// The first readable offset: the table's lowest, or `live_log.start_offset` if that is
-    /// higher; `None` when nothing is published.
+    /// The first readable offset of this log: the table's lowest, or `start_offset` if that
+    /// is higher; `None` when the table holds nothing above `start_offset`.
     pub fn floor(&self) -> Option<u64> {
         self.floor
     }
 
-    /// One past the last published offset (`live_log.start_offset` when nothing is published).
+    /// One past the table's last offset (`start_offset` when nothing is published).
     pub fn end(&self) -> u64 {
         self.end
     }
 
-    /// `[floor, end)`; empty (`end..end`) when nothing is published.
-    pub fn extent(&self) -> Range<u64> {
-        self.floor.unwrap_or(self.end)..self.end
+    /// The offsets read from this log: `[floor, end)`, and never past a sealed log's
+    /// `end_offset`; empty when it holds nothing.
+    fn readable(&self) -> Range<u64> {
+        match self.floor {
+            Some(floor) => floor..self.end.min(self.entry.end_offset.unwrap_or(u64::MAX)),
+            None => self.end..self.end,
+        }
     }
+}
 
-    /// The range a catch-up from `start` reads (`None`: from the earliest), with the official
-    /// client's checks: the table must end above the start, and start at or below it.
+/// A stream's published history, opened: the metadata, every log's table (the sealed logs'
+/// oldest first, then the live log's), and the extent across them.
+#[derive(Debug, Clone)]
+pub struct PublishedTable {
+    metadata: StreamMetadata,
+    /// Sealed logs oldest first, the live log last (never empty).
+    logs: Vec<LogTable>,
+    /// What breaks the offsets at a seam, and the offsets it affects.
+    seams: Vec<SeamDefect>,
+    /// The log the floor comes from.
+    floor_log: Option<usize>,
+    fetcher: Fetcher,
+}
+
+impl PublishedTable {
+    /// Resolves `uri` and reads the stream metadata, its stream manifest (if it has sealed
+    /// logs and names one) and the table of each of its logs (no data file is read unless a
+    /// manifest entry lacks its offset bounds). With `stream_id`, the metadata must be that
+    /// stream's.
     ///
     /// # Errors
     ///
-    /// [`ReadError::NothingAbove`] or [`ReadError::GapBelow`].
+    /// [`ReadError::NoMetadata`], [`ReadError::StreamIdMismatch`], [`ReadError::Missing`] for a
+    /// file a hint, snapshot or manifest names that is not there, [`ReadError::Invalid`] for
+    /// one that does not parse or lacks a field, [`ReadError::Unsupported`],
+    /// [`ReadError::Store`]. What breaks the logs at a seam is not an error here: a read that
+    /// meets it is refused ([`PublishedTable::rows`]).
+    pub fn open(
+        uri: &str,
+        stream_id: Option<&str>,
+        s3: &S3Options,
+    ) -> Result<PublishedTable, ReadError> {
+        let mut fetcher = Fetcher::new(s3.clone());
+        let (metadata_uri, bytes) = resolve(&mut fetcher, uri)?;
+        let metadata = parse_stream_metadata(&metadata_uri, &bytes)?;
+        if let Some(expected) = stream_id {
+            if metadata.stream_id != expected {
+                return Err(ReadError::StreamIdMismatch {
+                    uri: metadata_uri,
+                    found: metadata.stream_id,
+                    expected: expected.to_string(),
+                });
+            }
+        }
+        let mut logs = Vec::with_capacity(metadata.sealed_logs.len() + 1);
+        for (i, entry) in metadata.sealed_logs.iter().enumerate() {
+            let label = format!("sealed_logs[{i}]");
+            logs.push(LogTable::open(
+                &mut fetcher,
+                &metadata.uri,
+                &label,
+                entry.clone(),
+            )?);
+        }
+        logs.push(LogTable::open(
+            &mut fetcher,
+            &metadata.uri,
+            "live_log",
+            metadata.live_log.clone(),
+        )?);
+        let recorded = match &metadata.manifest {
+            Some(name) if !metadata.sealed_logs.is_empty() => {
+                read_stream_manifest(&mut fetcher, &metadata.uri, name)?
+            }
+            _ => HashMap::new(),
+        };
+        let floor_log = logs.iter().position(|l| l.floor.is_some());
+        let seams = seam_defects(&logs, floor_log, &recorded);
+        Ok(PublishedTable {
+            metadata,
+            logs,
+            seams,
+            floor_log,
+            fetcher,
+        })
+    }
+
+    /// The stream metadata.
+    pub fn metadata(&self) -> &StreamMetadata {
+        &self.metadata
+    }
+
+    /// Every log's table, oldest first, the live log's last.
+    pub fn logs(&self) -> &[LogTable] {
+        &self.logs
+    }
+
+    /// What keeps the logs from reading as one across a seam (empty for a stream never
+    /// migrated, or migrated cleanly); a read meeting one is refused.
+    pub fn seam_defects(&self) -> &[SeamDefect] {
+        &self.seams
+    }
+
+    fn live(&self) -> &LogTable {
+        self.logs
+            .last()
+            .expect("a stream has a live log: open pushes it last")
+    }
+
+    /// The live log's table URI, `<published>/<name>`.
+    pub fn table_uri(&self) -> &str {
+        &self.live().table
+    }
+
+    /// The live log's table metadata file read (`None` when it has no hint: nothing
+    /// published).
+    pub fn table_metadata_uri(&self) -> Option<&str> {
+        self.live().table_metadata.as_deref()
+    }
+
+    /// The live log's data files, by offset.
+    pub fn files(&self) -> &[DataFile] {
+        &self.live().files
+    }
+
+    /// The codec the live log's rows are re-encoded with (from `live_log.schema`); each
+    /// sealed log's is [`LogTable::codec`].
+    pub fn codec(&self) -> &RowCodec {
+        &self.live().codec
+    }
+
+    /// The first readable offset: that of the oldest log whose table holds rows above its
+    /// `start_offset` (the table's lowest, or `start_offset` if that is higher); `None` when
+    /// nothing is published.
+    pub fn floor(&self) -> Option<u64> {
+        self.floor_log.and_then(|i| self.logs[i].floor)
+    }
+
+    /// One past the last published offset: the live log's table's end (its `start_offset`, the
+    /// seam, when it has published nothing yet).
+    pub fn end(&self) -> u64 {
+        self.live().end
+    }
+
+    /// `[floor, end)`; empty (`end..end`) when nothing is published.
+    pub fn extent(&self) -> Range<u64> {
+        self.floor().unwrap_or(self.end())..self.end()
+    }
+
+    /// The table the floor comes from (the live log's when nothing is published).
+    fn floor_table(&self) -> &str {
+        self.floor_log
+            .map_or(self.table_uri(), |i| self.logs[i].table.as_str())
+    }
+
+    /// The tables a range of the whole extent is read from, for messages.
+    fn tables_label(&self) -> String {
+        match self.logs.len() {
+            1 => self.table_uri().to_string(),
+            n => format!(
+                "{} and the tables of its {} sealed log(s)",
+                self.table_uri(),
+                n - 1
+            ),
+        }
+    }
+
+    /// The range a catch-up from `start` reads (`None`: from the earliest), with the official
+    /// client's checks: the tables must end above the start, and start at or below it.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Seam`] if a seam defect lies in the range (from the earliest: anywhere
+    /// below the end), else [`ReadError::NothingAbove`] or [`ReadError::GapBelow`].
     pub fn catch_up_range(&self, start: Option<u64>) -> Result<Range<u64>, ReadError> {
-        let start = start.unwrap_or_else(|| self.floor.unwrap_or(self.end));
-        if self.end <= start {
-            return Err(ReadError::NothingAbove {
+        let end = self.end();
+        // from the earliest, every log's history counts: a sealed log missing or published
+        // short below the floor is a refusal, not a later start (the official client fails
+        // opening it too)
+        let lowest = start.unwrap_or(0);
+        let start = start.unwrap_or_else(|| self.floor().unwrap_or(end));
+        if let Some(defect) = self.seams.iter().find(|d| {
+            let r = d.offsets();
+            lowest < end && !r.is_empty() && r.start < end && lowest < r.end
+        }) {
+            return Err(ReadError::Seam {
                 stream: self.metadata.stream.clone(),
-                table: self.table.clone(),
-                start,
-                end: self.end,
+                defect: Box::new(defect.clone()),
+                asked: start..end,
             });
         }
-        match self.floor {
-            Some(floor) if floor <= start => Ok(start..self.end),
+        if end <= start {
+            return Err(ReadError::NothingAbove {
+                stream: self.metadata.stream.clone(),
+                table: self.table_uri().to_string(),
+                start,
+                end,
+            });
+        }
+        match self.floor() {
+            Some(floor) if floor <= start => Ok(start..end),
             floor => Err(ReadError::GapBelow {
                 stream: self.metadata.stream.clone(),
-                table: self.table.clone(),
+                table: self.floor_table().to_string(),
                 start,
-                floor: floor.unwrap_or(self.end),
+                floor: floor.unwrap_or(end),
             }),
         }
     }
 
-    /// The rows with offsets in `range`, in offset order, in chunks of at most `chunk_rows`.
+    /// The rows with offsets in `range`, in offset order, in chunks of at most `chunk_rows`:
+    /// each log's from its own table, decoded with its own schema, oldest log first, spliced
+    /// at the seams with no gap and no duplicate. A chunk never spans two logs
+    /// ([`TableRows::log`] says whose it is).
     ///
     /// # Errors
     ///
     /// [`ReadError::OutsideExtent`] if `range` is not inside [`PublishedTable::extent`],
-    /// [`ReadError::Defect`] if the table has a hole, an overlap or a short file there.
+    /// [`ReadError::Seam`] if a seam defect meets it (a hole or an overlap between logs, a
+    /// sealed log's table missing or published short), [`ReadError::Defect`] if a table has a
+    /// hole, an overlap or a short file there.
     pub fn rows(&self, range: Range<u64>, chunk_rows: usize) -> Result<TableRows, ReadError> {
         let extent = self.extent();
         // an empty range reads nothing, wherever it is
@@ -433,55 +733,296 @@ impl PublishedTable {
         } else {
             range.start..range.start
         };
+        let meets =
+            |r: &Range<u64>| !range.is_empty() && r.start < range.end && range.start < r.end;
         if !range.is_empty() && (range.start < extent.start || range.end > extent.end) {
             return Err(ReadError::OutsideExtent {
-                table: self.table.clone(),
+                table: self.tables_label(),
                 extent,
                 asked: range,
             });
         }
-        if let Some((offsets, what)) = self
-            .defects
-            .iter()
-            .find(|(r, _)| !range.is_empty() && r.start < range.end && range.start < r.end)
-        {
-            return Err(ReadError::Defect {
-                table: self.table.clone(),
-                offsets: offsets.clone(),
+        if let Some(defect) = self.seams.iter().find(|d| meets(d.offsets())) {
+            return Err(ReadError::Seam {
+                stream: self.metadata.stream.clone(),
+                defect: Box::new(defect.clone()),
                 asked: range,
-                what: what.clone(),
             });
         }
-        let files = self
-            .files
-            .iter()
-            .filter(|f| !range.is_empty() && f.offsets.0 < range.end && range.start <= f.offsets.1)
-            .cloned()
-            .collect::<Vec<_>>();
+        let mut parts = Vec::new();
+        let mut covered = range.start;
+        let mut previous: Option<&LogTable> = None;
+        let logs = if range.is_empty() {
+            &[][..]
+        } else {
+            &self.logs[..]
+        };
+        for log in logs {
+            let readable = log.readable();
+            let part = range.start.max(readable.start)..range.end.min(readable.end);
+            if part.is_empty() {
+                continue;
+            }
+            if part.start != covered {
+                // the seam checks leave no hole in the extent: this is a bug, refused as a hole
+                return Err(self.unspliced(previous, log, covered..part.start, &range));
+            }
+            if let Some((offsets, what)) = log
+                .defects
+                .iter()
+                .find(|(r, _)| r.start < part.end && part.start < r.end)
+            {
+                return Err(ReadError::Defect {
+                    table: log.table.clone(),
+                    offsets: offsets.clone(),
+                    asked: range.clone(),
+                    what: what.clone(),
+                });
+            }
+            let files = log
+                .files
+                .iter()
+                .filter(|f| f.offsets.0 < part.end && part.start <= f.offsets.1)
+                .cloned()
+                .collect::<Vec<_>>();
+            parts.push(Part {
+                log: log.entry.clone(),
+                table: log.table.clone(),
+                codec: log.codec.clone(),
+                options: ReadOptions {
+                    chunk_rows: chunk_rows.max(1),
+                    columns: ColumnMatch::Mapped(log.columns.clone()),
+                    ..ReadOptions::default()
+                },
+                files: files.into_iter(),
+                range: part.clone(),
+            });
+            covered = part.end;
+            previous = Some(log);
+        }
+        if covered != range.end {
+            let live = self.live();
+            return Err(self.unspliced(previous, live, covered..range.end, &range));
+        }
         Ok(TableRows {
-            files: files.into_iter(),
+            parts: parts.into_iter(),
+            part: None,
             reader: None,
             next: range.start,
             range,
-            codec: self.codec.clone(),
-            options: ReadOptions {
-                chunk_rows: chunk_rows.max(1),
-                columns: ColumnMatch::Mapped(self.columns.clone()),
-                ..ReadOptions::default()
-            },
             fetcher: self.fetcher.clone(),
         })
     }
+
+    /// The refusal of offsets no log's readable range covers (the seam checks should have
+    /// named them first).
+    fn unspliced(
+        &self,
+        before: Option<&LogTable>,
+        after: &LogTable,
+        offsets: Range<u64>,
+        asked: &Range<u64>,
+    ) -> ReadError {
+        ReadError::Seam {
+            stream: self.metadata.stream.clone(),
+            defect: Box::new(SeamDefect::Hole {
+                log: before.map_or("(none)".to_string(), |l| l.entry.name.clone()),
+                next: after.entry.name.clone(),
+                offsets,
+                detail: "no table's rows reach them".into(),
+            }),
+            asked: asked.clone(),
+        }
+    }
 }
 
-/// The rows of one range of a [`PublishedTable`], file by file.
-pub struct TableRows {
+/// What breaks the logs' offsets at their seams, in log order: for each sealed log, its table
+/// missing, its table holding fewer rows than the stream manifest records (`recorded`), its
+/// table's rows not reaching its `end_offset` or running past it, and its `end_offset` against
+/// the next log's `start_offset`; for every log after the one the floor comes from
+/// (`floor_log`), a table whose rows start above its `start_offset`.
+fn seam_defects(
+    logs: &[LogTable],
+    floor_log: Option<usize>,
+    recorded: &HashMap<String, u64>,
+) -> Vec<SeamDefect> {
+    let mut out = Vec::new();
+    for (i, log) in logs.iter().enumerate() {
+        let name = &log.entry.name;
+        let start = log.entry.start_offset;
+        if let (Some(floor), Some(previous)) = (log.floor, i.checked_sub(1).map(|p| &logs[p])) {
+            if floor_log.is_some_and(|f| i > f) && floor > start {
+                out.push(SeamDefect::Hole {
+                    log: previous.entry.name.clone(),
+                    next: name.clone(),
+                    offsets: start..floor,
+                    detail: format!(
+                        "log '{name}' starts at {start}, but its table's rows start at {floor}"
+                    ),
+                });
+            }
+        }
+        let Some(end) = log.entry.end_offset else {
+            continue; // the live log: its start is checked against the log before it
+        };
+        let Some(next) = logs.get(i + 1) else {
+            continue; // parse_stream_metadata puts the live log last
+        };
+        let next_name = &next.entry.name;
+        if log.table_metadata.is_none() {
+            out.push(SeamDefect::TableMissing {
+                log: name.clone(),
+                table: log.table.clone(),
+                offsets: start..end,
+            });
+        } else {
+            let holds = log.record_count();
+            if let Some(&expected) = recorded.get(name).filter(|&&e| holds < e) {
+                out.push(SeamDefect::PublishedShort {
+                    log: name.clone(),
+                    table: log.table.clone(),
+                    holds,
+                    expected,
+                    offsets: start..end,
+                });
+            }
+            let table_end = log.end;
+            if table_end < end {
+                out.push(SeamDefect::Hole {
+                    log: name.clone(),
+                    next: next_name.clone(),
+                    offsets: table_end.max(start)..end,
+                    detail: format!(
+                        "log '{name}' ends at {end}, but its table's rows end at {table_end}"
+                    ),
+                });
+            } else if table_end > end {
+                out.push(SeamDefect::Overlap {
+                    log: name.clone(),
+                    next: next_name.clone(),
+                    offsets: end..table_end,
+                    detail: format!(
+                        "log '{name}' ends at {end}, but its table holds rows up to {table_end}"
+                    ),
+                });
+            }
+        }
+        let next_start = next.entry.start_offset;
+        if end < next_start {
+            out.push(SeamDefect::Hole {
+                log: name.clone(),
+                next: next_name.clone(),
+                offsets: end..next_start,
+                detail: format!(
+                    "log '{name}' has end_offset {end}, log '{next_name}' start_offset {next_start}"
+                ),
+            });
+        } else if end > next_start {
+            out.push(SeamDefect::Overlap {
+                log: name.clone(),
+                next: next_name.clone(),
+                offsets: next_start..end,
+                detail: format!(
+                    "log '{name}' has end_offset {end}, log '{next_name}' start_offset {next_start}"
+                ),
+            });
+        }
+    }
+    out
+}
+
+/// The stream manifest's `record_count` per log (`log` column), read from `name` in the
+/// directory of the stream metadata file `metadata_uri`. A manifest that is not there is no
+/// manifest (the official client ignores it too: no count is then compared).
+fn read_stream_manifest(
+    fetcher: &mut Fetcher,
+    metadata_uri: &str,
+    name: &str,
+) -> Result<HashMap<String, u64>, ReadError> {
+    use arrow_array::{Array, Int32Array, Int64Array, LargeStringArray, StringArray};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    let uri = match metadata_uri.rsplit_once('/') {
+        Some((dir, _)) => format!("{dir}/{name}"),
+        None => name.to_string(),
+    };
+    let invalid = |what: String| ReadError::Invalid {
+        uri: uri.clone(),
+        what,
+    };
+    if name.is_empty() || name.contains('/') || name == ".." {
+        return Err(ReadError::Invalid {
+            uri: metadata_uri.to_string(),
+            what: format!("manifest {name:?} is not a file name beside the metadata"),
+        });
+    }
+    let Some(bytes) = fetcher.get(&uri)? else {
+        return Ok(HashMap::new());
+    };
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .and_then(|b| b.build())
+        .map_err(|e| invalid(format!("not Parquet: {e}")))?;
+    let mut out = HashMap::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| invalid(format!("not readable: {e}")))?;
+        let column = |name: &str| {
+            batch
+                .column_by_name(name)
+                .cloned()
+                .ok_or_else(|| invalid(format!("no {name} column")))
+        };
+        let logs = column("log")?;
+        let counts = column("record_count")?;
+        for row in 0..batch.num_rows() {
+            let log = if let Some(a) = logs.as_any().downcast_ref::<StringArray>() {
+                a.is_valid(row).then(|| a.value(row).to_string())
+            } else if let Some(a) = logs.as_any().downcast_ref::<LargeStringArray>() {
+                a.is_valid(row).then(|| a.value(row).to_string())
+            } else {
+                return Err(invalid(format!(
+                    "log is {}, not a string",
+                    logs.data_type()
+                )));
+            };
+            let count = if let Some(a) = counts.as_any().downcast_ref::<Int64Array>() {
+                a.is_valid(row).then(|| a.value(row))
+            } else if let Some(a) = counts.as_any().downcast_ref::<Int32Array>() {
+                a.is_valid(row).then(|| i64::from(a.value(row)))
+            } else {
+                return Err(invalid(format!(
+                    "record_count is {}, not an integer",
+                    counts.data_type()
+                )));
+            };
+            // a log or count that is null is not known: nothing to compare
+            if let (Some(log), Some(count)) = (log, count) {
+                let count = u64::try_from(count)
+                    .map_err(|_| invalid(format!("record_count of {log} is {count}")))?;
+                out.insert(log, count);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One log's share of a read.
+struct Part {
+    log: LogEntry,
+    table: String,
+    codec: RowCodec,
+    options: ReadOptions,
     files: std::vec::IntoIter<DataFile>,
+    /// Its offsets of the range read.
+    range: Range<u64>,
+}
+
+/// The rows of one range of a [`PublishedTable`], log by log and file by file.
+pub struct TableRows {
+    parts: std::vec::IntoIter<Part>,
+    part: Option<Part>,
     reader: Option<(DataFile, SegmentReader, u64)>,
     next: u64,
     range: Range<u64>,
-    codec: RowCodec,
-    options: ReadOptions,
     fetcher: Fetcher,
 }
 
@@ -540,19 +1081,40 @@ impl TableRows {
                     }
                 }
             }
-            let Some(file) = self.files.next() else {
-                if self.next < self.range.end {
+            let Some(part) = self.part.as_mut() else {
+                match self.parts.next() {
+                    Some(part) => {
+                        debug_assert_eq!(part.range.start, self.next, "parts tile the range");
+                        self.part = Some(part);
+                        continue;
+                    }
+                    None if self.next < self.range.end => {
+                        return Err(ReadError::RowsMissing {
+                            uri: format!("offsets {}..{}", self.range.start, self.range.end),
+                            expected: self.next,
+                            found: "but no log's table holds it".into(),
+                        })
+                    }
+                    None => return Ok(None),
+                }
+            };
+            let Some(file) = part.files.next() else {
+                if self.next < part.range.end {
                     return Err(ReadError::RowsMissing {
-                        uri: self.range_label(),
+                        uri: part.table.clone(),
                         expected: self.next,
-                        found: "but no data file holds it".into(),
+                        found: format!(
+                            "but no data file of log '{}' holds it (its share of the read is {}..{})",
+                            part.log.name, part.range.start, part.range.end
+                        ),
                     });
                 }
-                return Ok(None);
+                self.part = None;
+                continue;
             };
             let bytes = fetch_data_file(&mut self.fetcher, &file)?;
-            let read = self.next..self.range.end.min(file.offsets.1.saturating_add(1));
-            let reader = SegmentReader::open(bytes, &self.codec, read.clone(), &self.options)
+            let read = self.next..part.range.end.min(file.offsets.1.saturating_add(1));
+            let reader = SegmentReader::open(bytes, &part.codec, read.clone(), &part.options)
                 .map_err(|source| ReadError::Segment {
                     uri: file.uri.clone(),
                     source: Box::new(source),
@@ -561,8 +1123,15 @@ impl TableRows {
         }
     }
 
-    fn range_label(&self) -> String {
-        format!("offsets {}..{}", self.range.start, self.range.end)
+    /// The log of the chunk [`TableRows::next_chunk`] returned last (`None` before the
+    /// first).
+    pub fn log(&self) -> Option<&LogEntry> {
+        self.part.as_ref().map(|p| &p.log)
+    }
+
+    /// The codec of the chunk returned last: its log's (`None` before the first).
+    pub fn codec(&self) -> Option<&RowCodec> {
+        self.part.as_ref().map(|p| &p.codec)
     }
 }
 
@@ -713,15 +1282,6 @@ fn json_str<'a>(uri: &str, root: &'a Json, path: &str) -> Result<&'a str, ReadEr
         })
 }
 
-fn json_u64(uri: &str, root: &Json, path: &str) -> Result<u64, ReadError> {
-    json_field(uri, root, path)?
-        .as_u64()
-        .ok_or_else(|| ReadError::Invalid {
-            uri: uri.to_string(),
-            what: format!("{path} is not a non-negative integer"),
-        })
-}
-
 /// The stream metadata's fields (§3.2).
 fn parse_stream_metadata(uri: &str, bytes: &[u8]) -> Result<StreamMetadata, ReadError> {
     let doc = parse_json(uri, bytes)?;
@@ -743,82 +1303,134 @@ fn parse_stream_metadata(uri: &str, bytes: &[u8]) -> Result<StreamMetadata, Read
             uri: uri.to_string(),
             what: "sealed_logs is not a list".into(),
         })?;
-    if !sealed.is_empty() {
-        return Err(ReadError::Unsupported {
-            uri: uri.to_string(),
-            what: format!(
-                "{} sealed log(s) (a migrated stream's earlier logs)",
-                sealed.len()
-            ),
-        });
-    }
-    let name = json_str(uri, &doc, "live_log.name")?.to_string();
-    if name.is_empty() || name.contains('/') {
-        return Err(ReadError::Invalid {
-            uri: uri.to_string(),
-            what: format!("live_log.name {name:?} is not a log name"),
-        });
-    }
-    let start_offset = json_u64(uri, &doc, "live_log.start_offset")?;
-    json_field(uri, &doc, "live_log.schema")?;
-    json_field(uri, &doc, "live_log.system_schema")?;
-    // serde_json's map sorts keys; the column order is the declaration's, so the schema is
+    json_field(uri, &doc, "live_log")?;
+    // serde_json's map sorts keys; the column order is the declaration's, so each schema is
     // taken from the strict parser, which keeps it
     let ordered = crate::json::parse_unique(bytes).map_err(|e| ReadError::Invalid {
         uri: uri.to_string(),
         what: format!("not strict JSON: {e}"),
     })?;
-    let schema_json = ordered
-        .get("live_log")
-        .and_then(|l| l.get("schema"))
-        .map(|s| s.to_string())
-        .unwrap_or_default();
-    let published = match doc["live_log"].get("published") {
-        Some(Json::String(p)) => p.clone(),
-        Some(Json::Null) | None => {
-            return Err(ReadError::Invalid {
-                uri: uri.to_string(),
-                what: format!(
-                    "live_log.published is missing (streamcast_metadata {version}): the stream names no published location"
-                ),
-            })
-        }
+    let mut sealed_logs = Vec::with_capacity(sealed.len());
+    for (i, entry) in sealed.iter().enumerate() {
+        let schema = ordered
+            .get("sealed_logs")
+            .and_then(|s| s.get(i))
+            .and_then(|l| l.get("schema"));
+        sealed_logs.push(parse_log(
+            uri,
+            &format!("sealed_logs[{i}]"),
+            entry,
+            schema,
+            version,
+            true,
+        )?);
+    }
+    let schema = ordered.get("live_log").and_then(|l| l.get("schema"));
+    let live_log = parse_log(uri, "live_log", &doc["live_log"], schema, version, false)?;
+    // consecutive logs' offsets are checked when their tables are read (a seam defect refuses
+    // only the reads that meet it); a log that ends before it starts is no log
+    let manifest = match doc.get("manifest") {
+        None | Some(Json::Null) => None,
+        Some(Json::String(m)) => Some(m.clone()),
         Some(_) => {
             return Err(ReadError::Invalid {
                 uri: uri.to_string(),
-                what: "live_log.published is not a string".into(),
+                what: "manifest is not a string".into(),
             })
         }
     };
-    if !(published.starts_with("file:///") || published.starts_with("s3://")) {
-        return Err(ReadError::Invalid {
-            uri: uri.to_string(),
-            what: format!(
-                "live_log.published {published:?} is not a file:/// or s3:// URI (a published location needs a scheme)"
-            ),
-        });
-    }
     Ok(StreamMetadata {
         uri: uri.to_string(),
         version,
         stream,
         stream_id,
-        live_log: LogEntry {
-            name,
-            published,
-            start_offset,
-            schema_json,
-        },
+        sealed_logs,
+        live_log,
+        manifest,
     })
 }
 
-/// The row codec of `live_log.schema`: a schema with properties, or schema-less for `{}`.
-fn codec_of(metadata: &StreamMetadata) -> Result<RowCodec, ReadError> {
+/// One log's entry, `label` (`live_log`, `sealed_logs[2]`) naming it in errors; `schema` is its
+/// `schema` from the order-keeping parser. A sealed log needs an `end_offset` (exclusive) at
+/// or above its `start_offset`.
+fn parse_log(
+    uri: &str,
+    label: &str,
+    entry: &Json,
+    schema: Option<&sonic_rs::Value>,
+    version: u64,
+    sealed: bool,
+) -> Result<LogEntry, ReadError> {
     let invalid = |what: String| ReadError::Invalid {
-        uri: metadata.uri.clone(),
-        what: format!("live_log.schema: {what}"),
+        uri: uri.to_string(),
+        what,
     };
-    let schema = crate::json::parse_unique(metadata.live_log.schema_json.as_bytes())
+    if !entry.is_object() {
+        return Err(invalid(format!("{label} is not an object")));
+    }
+    let field = |key: &str| {
+        entry
+            .get(key)
+            .ok_or_else(|| invalid(format!("no {label}.{key}")))
+    };
+    let offset = |key: &str| {
+        field(key)?
+            .as_u64()
+            .ok_or_else(|| invalid(format!("{label}.{key} is not a non-negative integer")))
+    };
+    let name = field("name")?
+        .as_str()
+        .ok_or_else(|| invalid(format!("{label}.name is not a string")))?
+        .to_string();
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(invalid(format!("{label}.name {name:?} is not a log name")));
+    }
+    let start_offset = offset("start_offset")?;
+    let end_offset = if sealed {
+        let end = offset("end_offset")?;
+        if end < start_offset {
+            return Err(invalid(format!(
+                "{label} ({name}) has end_offset {end} below its start_offset {start_offset}"
+            )));
+        }
+        Some(end)
+    } else {
+        None
+    };
+    field("schema")?;
+    field("system_schema")?;
+    let schema_json = schema.map(|s| s.to_string()).unwrap_or_default();
+    let published = match entry.get("published") {
+        Some(Json::String(p)) => p.clone(),
+        Some(Json::Null) | None => {
+            return Err(invalid(format!(
+                "{label}.published is missing (streamcast_metadata {version}): the stream names no published location"
+            )))
+        }
+        Some(_) => return Err(invalid(format!("{label}.published is not a string"))),
+    };
+    if !(published.starts_with("file:///") || published.starts_with("s3://")) {
+        return Err(invalid(format!(
+            "{label}.published {published:?} is not a file:/// or s3:// URI (a published location needs a scheme)"
+        )));
+    }
+    Ok(LogEntry {
+        name,
+        published,
+        start_offset,
+        end_offset,
+        schema_json,
+    })
+}
+
+/// The row codec of a log's schema (`label`: `live_log`, `sealed_logs[0]`): a schema with
+/// properties, or schema-less for `{}`.
+fn codec_of(metadata_uri: &str, label: &str, entry: &LogEntry) -> Result<RowCodec, ReadError> {
+    let invalid = |what: String| ReadError::Invalid {
+        uri: metadata_uri.to_string(),
+        what: format!("{label}.schema: {what}"),
+    };
+    let schema = crate::json::parse_unique(entry.schema_json.as_bytes())
         .map_err(|e| invalid(e.to_string()))?;
     let schemaless = schema.is_null() || schema.as_object().is_some_and(|o| o.is_empty());
     if schemaless {
@@ -829,40 +1441,36 @@ fn codec_of(metadata: &StreamMetadata) -> Result<RowCodec, ReadError> {
         .map_err(|e| invalid(e.to_string()))
 }
 
-/// The row codec of `live_log.schema` with its properties (at every depth) in the order of the
+/// The row codec of a log's schema with its properties (at every depth) in the order of its
 /// table schema's fields. The table's column order is the declaration order, which is the key
 /// order of every canonical row; the official client also takes caught-up rows' key order from
 /// the table (PUBLISHED.md §3.7), and a writer that stored the JSON Schema through a sorted map
 /// loses it there. Properties the table lacks keep their place after the ones it has (and are
 /// then refused by [`mapped_columns`]).
 fn codec_in_table_order(
-    metadata: &StreamMetadata,
+    metadata_uri: &str,
+    label: &str,
+    entry: &LogEntry,
     table_uri: &str,
     iceberg: &Json,
 ) -> Result<RowCodec, ReadError> {
-    let declared =
-        crate::json::parse_unique(metadata.live_log.schema_json.as_bytes()).map_err(|e| {
-            ReadError::Invalid {
-                uri: metadata.uri.clone(),
-                what: format!("live_log.schema: {e}"),
-            }
-        })?;
+    let invalid = |e: String| ReadError::Invalid {
+        uri: metadata_uri.to_string(),
+        what: format!("{label}.schema: {e}"),
+    };
+    let declared = crate::json::parse_unique(entry.schema_json.as_bytes())
+        .map_err(|e| invalid(e.to_string()))?;
     if declared.as_object().is_none_or(|o| o.is_empty()) {
-        return codec_of(metadata);
+        return codec_of(metadata_uri, label, entry);
     }
     let table = current_schema(table_uri, iceberg)?;
-    let mut ordered = String::with_capacity(metadata.live_log.schema_json.len());
+    let mut ordered = String::with_capacity(entry.schema_json.len());
     write_ordered(&declared, Some(table), &mut ordered);
-    let schema = crate::json::parse_unique(ordered.as_bytes()).map_err(|e| ReadError::Invalid {
-        uri: metadata.uri.clone(),
-        what: format!("live_log.schema: {e}"),
-    })?;
+    let schema =
+        crate::json::parse_unique(ordered.as_bytes()).map_err(|e| invalid(e.to_string()))?;
     Schema::compile_value(&schema)
         .map(RowCodec::Schema)
-        .map_err(|e| ReadError::Invalid {
-            uri: metadata.uri.clone(),
-            what: format!("live_log.schema: {e}"),
-        })
+        .map_err(|e| invalid(e.to_string()))
 }
 
 /// Writes the JSON Schema `node` with the `properties` of each object in the order of the
@@ -1468,16 +2076,28 @@ mod tests {
     fn stream_metadata_fields_are_checked() {
         let good = r#"{"streamcast_metadata":2,"stream":"t","stream_id":"id","sealed_logs":[],
             "live_log":{"name":"t","published":"file:///p","start_offset":1,"schema":{},"system_schema":{}}}"#;
+        let sealed = r#"{"name":"t0","published":"file:///p","start_offset":1,"schema":{},"system_schema":{}}"#;
         let m = parse_stream_metadata("u", good.as_bytes()).expect("minimal");
         assert_eq!((m.version, m.live_log.start_offset), (2, 1));
-        assert_eq!(codec_of(&m).unwrap(), RowCodec::Schemaless);
+        assert_eq!(
+            codec_of(&m.uri, "live_log", &m.live_log).unwrap(),
+            RowCodec::Schemaless
+        );
+        assert!(m.sealed_logs.is_empty() && m.manifest.is_none());
         for (change, needle) in [
             (
                 ("\"streamcast_metadata\":2", "\"streamcast_metadata\":99"),
                 "99; this reader reads 1, 2, 3",
             ),
             (("\"stream_id\":\"id\",", ""), "no stream_id"),
-            (("\"sealed_logs\":[]", "\"sealed_logs\":[{}]"), "sealed log"),
+            (
+                ("\"sealed_logs\":[]", "\"sealed_logs\":[{}]"),
+                "no sealed_logs[0].name",
+            ),
+            (
+                ("\"sealed_logs\":[]", "\"sealed_logs\":{}"),
+                "sealed_logs is not a list",
+            ),
             ((",\"system_schema\":{}", ""), "no live_log.system_schema"),
             (("\"file:///p\"", "\"/p\""), "needs a scheme"),
             (
@@ -1495,5 +2115,580 @@ mod tests {
                 .to_string();
             assert!(e.contains(needle) && e.starts_with("file:///m.json"), "{e}");
         }
+        // a sealed log: the live_log keys plus end_offset, at or above its start
+        let with = |entry: &str| {
+            good.replace("\"sealed_logs\":[]", &format!("\"sealed_logs\":[{entry}]"))
+                .replace(
+                    "\"live_log\"",
+                    "\"manifest\":\"00002-ab.manifest.parquet\",\"live_log\"",
+                )
+        };
+        let m = parse_stream_metadata(
+            "u",
+            with(&sealed.replace(
+                "\"start_offset\":1",
+                "\"start_offset\":1,\"end_offset\":301",
+            ))
+            .as_bytes(),
+        )
+        .expect("a sealed log");
+        assert_eq!(m.sealed_logs.len(), 1);
+        assert_eq!(
+            (m.sealed_logs[0].name.as_str(), m.sealed_logs[0].end_offset),
+            ("t0", Some(301))
+        );
+        assert_eq!(m.live_log.end_offset, None);
+        assert_eq!(m.manifest.as_deref(), Some("00002-ab.manifest.parquet"));
+        assert_eq!(
+            m.logs().map(|l| l.name.as_str()).collect::<Vec<_>>(),
+            ["t0", "t"]
+        );
+        for (entry, needle) in [
+            (sealed.to_string(), "no sealed_logs[0].end_offset"),
+            (
+                sealed.replace("\"start_offset\":1", "\"start_offset\":5,\"end_offset\":4"),
+                "sealed_logs[0] (t0) has end_offset 4 below its start_offset 5",
+            ),
+            (
+                sealed.replace(",\"system_schema\":{}", ",\"end_offset\":9"),
+                "no sealed_logs[0].system_schema",
+            ),
+            (
+                r#"{"name":"t0","published":"/p","start_offset":1,"end_offset":9,"schema":{},"system_schema":{}}"#.to_string(),
+                "sealed_logs[0].published \"/p\" is not a file:/// or s3:// URI",
+            ),
+        ] {
+            let e = parse_stream_metadata("file:///m.json", with(&entry).as_bytes())
+                .expect_err(needle)
+                .to_string();
+            assert!(e.contains(needle), "{e}");
+        }
+    }
+
+    /// A log's table holding `files` (`(lo, hi)` inclusive, dense), or none (`exists` false).
+    fn log_table(
+        name: &str,
+        start: u64,
+        end: Option<u64>,
+        files: &[(u64, u64)],
+        exists: bool,
+    ) -> LogTable {
+        let mut t = LogTable {
+            entry: LogEntry {
+                name: name.into(),
+                published: "file:///p".into(),
+                start_offset: start,
+                end_offset: end,
+                schema_json: "{}".into(),
+            },
+            table: format!("file:///p/{name}"),
+            table_metadata: exists
+                .then(|| format!("file:///p/{name}/metadata/00001-x.metadata.json")),
+            files: Vec::new(),
+            defects: Vec::new(),
+            floor: None,
+            end: start,
+            codec: RowCodec::Schemaless,
+            columns: Vec::new(),
+        };
+        t.set_files(
+            files
+                .iter()
+                .map(|&(lo, hi)| file(lo, hi, hi - lo + 1))
+                .collect(),
+        );
+        t
+    }
+
+    /// A stream of `logs` (the last one live) whose stream manifest records `recorded`.
+    fn stream_of(logs: Vec<LogTable>, recorded: &[(&str, u64)]) -> PublishedTable {
+        let recorded: HashMap<String, u64> =
+            recorded.iter().map(|(n, c)| (n.to_string(), *c)).collect();
+        let floor_log = logs.iter().position(|l| l.floor.is_some());
+        let seams = seam_defects(&logs, floor_log, &recorded);
+        let mut entries: Vec<LogEntry> = logs.iter().map(|l| l.entry.clone()).collect();
+        let live_log = entries.pop().expect("a live log");
+        PublishedTable {
+            metadata: StreamMetadata {
+                uri: "file:///p/s.metadata/00002-x.metadata.json".into(),
+                version: 2,
+                stream: "s".into(),
+                stream_id: "id".into(),
+                sealed_logs: entries,
+                live_log,
+                manifest: None,
+            },
+            logs,
+            seams,
+            floor_log,
+            fetcher: Fetcher::new(S3Options::default()),
+        }
+    }
+
+    /// The seam defect a read of `range` is refused with.
+    fn refused(t: &PublishedTable, range: Range<u64>) -> SeamDefect {
+        match t.rows(range.clone(), 100) {
+            Err(ReadError::Seam {
+                defect,
+                asked,
+                stream,
+            }) => {
+                assert_eq!((asked, stream.as_str()), (range, "s"));
+                *defect
+            }
+            Err(e) => panic!("refused otherwise: {e}"),
+            Ok(_) => panic!("{range:?} was read"),
+        }
+    }
+
+    #[test]
+    fn logs_splice_at_their_seams() {
+        let t = stream_of(
+            vec![
+                log_table("s", 1, Some(301), &[(1, 150), (151, 300)], true),
+                log_table("s-v2", 301, Some(401), &[(301, 400)], true),
+                log_table("s-v3", 401, None, &[(401, 450)], true),
+            ],
+            &[("s", 300), ("s-v2", 100)],
+        );
+        assert!(t.seam_defects().is_empty(), "{:?}", t.seam_defects());
+        assert_eq!(t.extent(), 1..451);
+        assert_eq!(t.catch_up_range(None).unwrap(), 1..451);
+        assert_eq!(t.catch_up_range(Some(350)).unwrap(), 350..451);
+        // each log's share, in order, tiling the range
+        let rows = t.rows(250..420, 100).expect("across two seams");
+        let shares: Vec<(String, Range<u64>)> = rows.parts.map(|p| (p.log.name, p.range)).collect();
+        assert_eq!(
+            shares,
+            [
+                ("s".to_string(), 250..301),
+                ("s-v2".to_string(), 301..401),
+                ("s-v3".to_string(), 401..420)
+            ]
+        );
+        // a live log that has published nothing yet: the tables end at the seam
+        let t = stream_of(
+            vec![
+                log_table("s", 1, Some(301), &[(1, 300)], true),
+                log_table("s-v2", 301, None, &[], false),
+            ],
+            &[],
+        );
+        assert_eq!(t.extent(), 1..301);
+        assert_eq!(t.catch_up_range(Some(1)).unwrap(), 1..301);
+        assert!(matches!(
+            t.catch_up_range(Some(301)),
+            Err(ReadError::NothingAbove { end: 301, .. })
+        ));
+    }
+
+    #[test]
+    fn a_hole_between_logs_is_refused_naming_both_and_the_offsets() {
+        // the next log starts 10 above the seam
+        let t = stream_of(
+            vec![
+                log_table("s", 1, Some(301), &[(1, 300)], true),
+                log_table("s-v2", 311, None, &[(311, 350)], true),
+            ],
+            &[],
+        );
+        let d = refused(&t, 1..351);
+        assert_eq!(
+            d,
+            SeamDefect::Hole {
+                log: "s".into(),
+                next: "s-v2".into(),
+                offsets: 301..311,
+                detail: "log 's' has end_offset 301, log 's-v2' start_offset 311".into()
+            }
+        );
+        let e = ReadError::Seam {
+            stream: "s".into(),
+            defect: Box::new(d),
+            asked: 1..351,
+        }
+        .to_string();
+        assert!(
+            e.contains("no log holds offsets 301..311, between log 's' and log 's-v2'"),
+            "{e}"
+        );
+        assert!(matches!(
+            t.catch_up_range(Some(1)),
+            Err(ReadError::Seam { .. })
+        ));
+        assert!(matches!(
+            t.catch_up_range(None),
+            Err(ReadError::Seam { .. })
+        ));
+        // above the hole: read
+        assert_eq!(t.catch_up_range(Some(320)).unwrap(), 320..351);
+        assert!(t.rows(320..351, 100).is_ok());
+        // a sealed table whose rows end below its end_offset
+        let t = stream_of(
+            vec![
+                log_table("s", 1, Some(301), &[(1, 290)], true),
+                log_table("s-v2", 301, None, &[(301, 350)], true),
+            ],
+            &[],
+        );
+        let d = refused(&t, 280..351);
+        assert!(
+            matches!(&d, SeamDefect::Hole { offsets, .. } if *offsets == (291..301)),
+            "{d}"
+        );
+        assert!(d.to_string().contains("its table's rows end at 291"), "{d}");
+        // a later log's table starting above its start_offset
+        let t = stream_of(
+            vec![
+                log_table("s", 1, Some(301), &[(1, 300)], true),
+                log_table("s-v2", 301, None, &[(305, 350)], true),
+            ],
+            &[],
+        );
+        let d = refused(&t, 1..351);
+        assert!(
+            matches!(&d, SeamDefect::Hole { offsets, .. } if *offsets == (301..305)),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn an_overlap_between_logs_is_refused_naming_both_and_the_offsets() {
+        // the next log starts below the seam
+        let t = stream_of(
+            vec![
+                log_table("s", 1, Some(301), &[(1, 300)], true),
+                log_table("s-v2", 291, None, &[(291, 350)], true),
+            ],
+            &[],
+        );
+        let d = refused(&t, 1..351);
+        assert_eq!(
+            d,
+            SeamDefect::Overlap {
+                log: "s".into(),
+                next: "s-v2".into(),
+                offsets: 291..301,
+                detail: "log 's' has end_offset 301, log 's-v2' start_offset 291".into()
+            }
+        );
+        assert!(
+            d.to_string()
+                .contains("offsets 291..301 are in both log 's' and log 's-v2'"),
+            "{d}"
+        );
+        // a sealed table holding rows past its end_offset
+        let t = stream_of(
+            vec![
+                log_table("s", 1, Some(301), &[(1, 310)], true),
+                log_table("s-v2", 301, None, &[(301, 350)], true),
+            ],
+            &[],
+        );
+        let d = refused(&t, 1..351);
+        assert!(
+            matches!(&d, SeamDefect::Overlap { offsets, .. } if *offsets == (301..311)),
+            "{d}"
+        );
+        assert!(
+            d.to_string().contains("its table holds rows up to 311"),
+            "{d}"
+        );
+        assert!(
+            t.rows(320..351, 100).is_ok(),
+            "the live log alone, above it"
+        );
+    }
+
+    #[test]
+    fn a_sealed_log_without_a_table_is_refused_naming_it() {
+        let t = stream_of(
+            vec![
+                log_table("s", 1, Some(301), &[], false),
+                log_table("s-v2", 301, None, &[(301, 350)], true),
+            ],
+            &[("s", 300)],
+        );
+        let want = SeamDefect::TableMissing {
+            log: "s".into(),
+            table: "file:///p/s".into(),
+            offsets: 1..301,
+        };
+        // the floor would come from the live log: from 1 and from the earliest, the missing
+        // table is the refusal, not a later start or a gap below
+        for start in [Some(1), Some(300), None] {
+            match t.catch_up_range(start) {
+                Err(ReadError::Seam { defect, .. }) => assert_eq!(*defect, want, "{start:?}"),
+                other => panic!("{start:?}: {other:?}"),
+            }
+        }
+        assert!(want
+            .to_string()
+            .contains("sealed log 's' (offsets 1..301) has no published table at file:///p/s"));
+        assert_eq!(t.catch_up_range(Some(301)).unwrap(), 301..351);
+    }
+
+    #[test]
+    fn a_sealed_log_published_short_is_refused_with_both_counts() {
+        // offsets look whole, but the manifest recorded more rows than the table holds
+        let t = stream_of(
+            vec![
+                log_table("s", 1, Some(301), &[(1, 300)], true),
+                log_table("s-v2", 301, None, &[(301, 350)], true),
+            ],
+            &[("s", 310)],
+        );
+        let d = refused(&t, 1..351);
+        assert_eq!(
+            d,
+            SeamDefect::PublishedShort {
+                log: "s".into(),
+                table: "file:///p/s".into(),
+                holds: 300,
+                expected: 310,
+                offsets: 1..301,
+            }
+        );
+        assert!(d.to_string().contains("is published short: its table file:///p/s holds 300 rows, but the stream manifest records 310"), "{d}");
+        assert!(matches!(
+            t.catch_up_range(None),
+            Err(ReadError::Seam { .. })
+        ));
+        // as many as recorded, or more (the client refuses only fewer): read
+        for count in [300, 290] {
+            let t = stream_of(
+                vec![
+                    log_table("s", 1, Some(301), &[(1, 300)], true),
+                    log_table("s-v2", 301, None, &[(301, 350)], true),
+                ],
+                &[("s", count)],
+            );
+            assert!(t.seam_defects().is_empty(), "{count}");
+        }
+    }
+
+    /// Seals and publishes `rows` (encoded with `codec`) of the log in `dir` (created with
+    /// `schema`, or already there at the seam); the publisher's status.
+    fn publish_log(
+        dir: &std::path::Path,
+        layout: &super::super::Layout,
+        schema: &Schema,
+        rows: &[serde_json::Value],
+        sealed_logs: Vec<super::super::SealedLog>,
+        earliest: u64,
+    ) -> super::super::PublishStatus {
+        use super::super::{Publisher, SegmentToPublish, StreamInfo};
+        use crate::log::{AppendBatch, Buffer, LogOptions};
+        use crate::tier::{seal_next, segment_schema, SealCut, SealOptions, SegmentIndex};
+
+        let codec = RowCodec::Schema(schema.clone());
+        let mut buffer = Buffer::open_with(
+            dir,
+            Some(&schema.published()),
+            LogOptions {
+                segment_bytes: 64 << 10,
+            },
+        )
+        .expect("log");
+        let encoded: Vec<Vec<u8>> = rows
+            .iter()
+            .map(|r| {
+                let mut out = Vec::new();
+                codec
+                    .encode_row(
+                        &crate::json::parse(r.to_string().as_bytes()).unwrap(),
+                        &mut out,
+                    )
+                    .expect("row");
+                out
+            })
+            .collect();
+        for chunk in encoded.chunks(40) {
+            buffer.append(&[AppendBatch::plain(chunk)]).expect("append");
+        }
+        let index = SegmentIndex::open(dir).expect("index");
+        let reader = buffer.reader().expect("reader");
+        let cut = || SealCut {
+            until: buffer.end_offset(),
+            target_bytes: 1024,
+        };
+        while seal_next(&index, &reader, &codec, cut(), &SealOptions::default())
+            .expect("seal")
+            .is_some()
+        {}
+        let info = StreamInfo {
+            stream_id: "00000000-0000-4000-8000-00000000000a".into(),
+            schema_json: Some(schema.published()),
+            segment_schema: segment_schema(&codec),
+            retirement: None,
+            sealed_logs,
+        };
+        let mut publisher = Publisher::open(
+            dir,
+            layout.clone(),
+            info,
+            std::time::Duration::from_secs(600),
+            earliest,
+        )
+        .expect("publisher");
+        let segments: Vec<SegmentToPublish> = index
+            .entries()
+            .expect("entries")
+            .iter()
+            .map(|s| SegmentToPublish {
+                first_offset: s.first_offset,
+                last_offset: s.last_offset,
+                rows: s.rows,
+                bytes: s.bytes,
+                min_ts: s.min_ts,
+                max_ts: s.max_ts,
+                path: index.path_of(s),
+            })
+            .collect();
+        assert!(segments.len() > 1, "several files per log");
+        publisher.append(&segments).expect("publish");
+        publisher.status()
+    }
+
+    #[test]
+    fn a_migrated_stream_reads_across_the_seam_each_log_with_its_own_schema() {
+        use super::super::{Layout, SealedLog};
+        use serde_json::json;
+
+        let v1 = Schema::compile(
+            r#"{"type":"object","properties":{"i":{"type":"integer"}},"required":["i"]}"#,
+        )
+        .unwrap();
+        let v2 = Schema::compile(r#"{"type":"object","properties":{"i":{"type":"integer"},"note":{"type":["string","null"]}},"required":["i"]}"#).unwrap();
+        let tmp = tempfile::tempdir().expect("tmp");
+        let home = tmp.path().join("s");
+        let layout = Layout::local(&home, "s").expect("layout");
+        let old: Vec<serde_json::Value> = (1..301).map(|i| json!({ "i": i })).collect();
+        let status = publish_log(&home, &layout, &v1, &old, Vec::new(), 1);
+        assert_eq!((status.end, status.rows), (301, 300));
+        // the next log at the seam, with a column added, its table beside its directory
+        let next = home.join("logs/s-v2");
+        crate::log::create_successor(
+            &next,
+            "00000000-0000-4000-8000-00000000000a",
+            Some(&v2.published()),
+            301,
+            &HashMap::new(),
+        )
+        .expect("successor");
+        let next_layout = layout
+            .for_log("s-v2", Some(&next), &S3Options::default())
+            .expect("layout");
+        let sealed = SealedLog {
+            entry: json!({
+                "name": "s", "published": layout.published, "start_offset": 1, "end_offset": 301,
+                "schema": serde_json::from_str::<serde_json::Value>(&v1.published()).unwrap(),
+                "system_schema": super::super::layout::system_schema(), "sort_by": [],
+            }),
+            record_count: 300,
+        };
+        let new: Vec<serde_json::Value> = (301..351)
+            .map(|i| json!({ "i": i, "note": format!("n{i}") }))
+            .collect();
+        publish_log(&next, &next_layout, &v2, &new, vec![sealed.clone()], 301);
+
+        let hint = layout.metadata_hint_uri();
+        let t = PublishedTable::open(&hint, None, &S3Options::default()).expect("open");
+        assert_eq!(t.metadata().sealed_logs.len(), 1);
+        assert!(t
+            .metadata()
+            .manifest
+            .as_deref()
+            .is_some_and(|m| m.ends_with(".manifest.parquet")));
+        assert_eq!(
+            t.logs()
+                .iter()
+                .map(|l| l.entry().name.as_str())
+                .collect::<Vec<_>>(),
+            ["s", "s-v2"]
+        );
+        assert!(t.seam_defects().is_empty(), "{:?}", t.seam_defects());
+        assert_eq!(t.extent(), 1..351);
+        assert_eq!(t.catch_up_range(None).unwrap(), 1..351);
+        // every row once, in order, each as its own log's codec encoded it
+        let mut rows = t.rows(1..351, 64).expect("rows");
+        let mut next_offset = 1;
+        while let Some(chunk) = rows.next_chunk().expect("chunk") {
+            let log = rows.log().expect("the chunk's log").name.clone();
+            for (o, _ts, bytes) in chunk.iter() {
+                assert_eq!(o, next_offset);
+                let (want, want_log) = if o < 301 {
+                    (format!(r#"{{"i":{o}}}"#), "s")
+                } else {
+                    (format!(r#"{{"i":{o},"note":"n{o}"}}"#), "s-v2")
+                };
+                assert_eq!(String::from_utf8_lossy(bytes), want);
+                assert_eq!(log, want_log, "offset {o}");
+                next_offset += 1;
+            }
+        }
+        assert_eq!(next_offset, 351);
+
+        // the manifest records more rows than the old table holds: published short
+        let dir = home.join("s.metadata");
+        let manifest = dir.join(t.metadata().manifest.as_deref().unwrap());
+        let short = super::super::stream_manifest(&[SealedLog {
+            record_count: 301,
+            ..sealed.clone()
+        }])
+        .unwrap();
+        let kept = std::fs::read(&manifest).unwrap();
+        std::fs::write(&manifest, short).unwrap();
+        let t = PublishedTable::open(&hint, None, &S3Options::default()).expect("open");
+        match t.catch_up_range(Some(1)) {
+            Err(ReadError::Seam { defect, .. }) => assert!(
+                matches!(
+                    *defect,
+                    SeamDefect::PublishedShort {
+                        holds: 300,
+                        expected: 301,
+                        ..
+                    }
+                ),
+                "{defect}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(t.rows(301..351, 64).is_ok(), "the live log alone");
+        std::fs::write(&manifest, kept).unwrap();
+        // the metadata says the old log ends below the seam: refused as an overlap
+        let version = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().ends_with(".metadata.json"))
+            .max()
+            .unwrap();
+        let text = std::fs::read_to_string(&version).unwrap();
+        std::fs::write(
+            &version,
+            text.replace("\"end_offset\": 301", "\"end_offset\": 291"),
+        )
+        .unwrap();
+        let t = PublishedTable::open(&hint, None, &S3Options::default()).expect("open");
+        let e = t.rows(1..351, 64).err().expect("refused");
+        assert!(
+            e.to_string()
+                .contains("offsets 291..301 are in both log 's' and log 's-v2'"),
+            "{e}"
+        );
+        std::fs::write(&version, text).unwrap();
+        // the old log's table gone: refused naming it
+        std::fs::remove_file(home.join("published/s/metadata/version-hint.text")).unwrap();
+        let t = PublishedTable::open(&hint, None, &S3Options::default()).expect("open");
+        let e = t.catch_up_range(None).expect_err("no table");
+        assert!(
+            matches!(&e, ReadError::Seam { defect, .. } if matches!(defect.as_ref(), SeamDefect::TableMissing { offsets, .. } if *offsets == (1..301))),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .contains("sealed log 's' (offsets 1..301) has no published table"),
+            "{e}"
+        );
     }
 }
