@@ -42,14 +42,14 @@ pub fn path(dir: &Path) -> PathBuf {
 
 /// Writes `state` as the checkpoint (temp file, `fsync`, rename, directory `fsync`); returns
 /// the bytes written.
-pub fn write(dir: &Path, id: &Identity, state: &StateMap) -> std::io::Result<u64> {
+pub fn write(dir: &Path, id: &Identity, state: &mut StateMap) -> std::io::Result<u64> {
     let buf = encode(id, state)?;
     write_bytes(dir, &buf)?;
     Ok(buf.len() as u64)
 }
 
 /// The checkpoint file's bytes for `state` (on the state thread: a copy of the state, no I/O).
-pub fn encode(id: &Identity, state: &StateMap) -> std::io::Result<Vec<u8>> {
+pub fn encode(id: &Identity, state: &mut StateMap) -> std::io::Result<Vec<u8>> {
     assert!(
         !state.incomplete(),
         "an incomplete state is never checkpointed"
@@ -210,6 +210,9 @@ pub fn read(dir: &Path, id: &Identity, max_keys: usize) -> Result<Option<StateMa
         if at >= position {
             return Err(Unusable::Damaged("a removal newer than the checkpoint"));
         }
+        if entries.contains_key(&key) {
+            return Err(Unusable::Damaged("a key both held and removed"));
+        }
         tombstones.push((key, at));
     }
     if r.at != body.len() {
@@ -275,9 +278,9 @@ mod tests {
             remove_when: None,
         };
         assert!(read(dir.path(), &id, 10).unwrap().is_none(), "none yet");
-        write(dir.path(), &id, &m).unwrap();
+        write(dir.path(), &id, &mut m).unwrap();
         assert!(!dir.path().join("state.checkpoint.tmp").exists());
-        let back = read(dir.path(), &id, 10).unwrap().expect("a checkpoint");
+        let mut back = read(dir.path(), &id, 10).unwrap().expect("a checkpoint");
         assert_eq!(back.position(), 6);
         assert_eq!(
             back.iter().collect::<Vec<_>>(),

@@ -13,9 +13,10 @@
 //! tuples column by column. An entity's place in that order never changes, which is what the
 //! collection reads' windows need.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, VecDeque};
 
-use rustc_hash::FxHashMap;
+use hashbrown::{hash_table, HashTable};
+use memchr::memmem::Finder;
 
 use sonic_rs::{JsonType, JsonValueTrait};
 
@@ -85,8 +86,13 @@ impl std::borrow::Borrow<[u8]> for Key {
 }
 
 impl PartialEq for Key {
+    #[inline]
     fn eq(&self, other: &Key) -> bool {
-        self.cmp(other) == std::cmp::Ordering::Equal
+        match (&self.0, &other.0) {
+            // in line, the bytes past the length are zero: equal arrays, equal bytes
+            (KeyBytes::Inline(n, a), KeyBytes::Inline(m, b)) => n == m && a == b,
+            _ => self.as_bytes() == other.as_bytes(),
+        }
     }
 }
 
@@ -106,8 +112,27 @@ impl std::fmt::Debug for Key {
     }
 }
 
+/// An in-line key as three words that order as its bytes do: the zero-padded bytes, then the
+/// length (where the padded bytes agree, the shorter key is a prefix of the other: it comes
+/// first, as in byte order).
+#[inline]
+fn inline_words(n: u8, b: &[u8; KEY_INLINE]) -> (u64, u64, u64) {
+    let mut last = [0u8; 8];
+    last[..7].copy_from_slice(&b[16..23]);
+    last[7] = n;
+    (
+        u64::from_be_bytes(b[..8].try_into().expect("8 bytes")),
+        u64::from_be_bytes(b[8..16].try_into().expect("8 bytes")),
+        u64::from_be_bytes(last),
+    )
+}
+
 impl Ord for Key {
+    #[inline]
     fn cmp(&self, other: &Key) -> std::cmp::Ordering {
+        if let (KeyBytes::Inline(n, a), KeyBytes::Inline(m, b)) = (&self.0, &other.0) {
+            return inline_words(*n, a).cmp(&inline_words(*m, b));
+        }
         let (a, b) = (self.as_bytes(), other.as_bytes());
         let mut ca = a.chunks_exact(8);
         let mut cb = b.chunks_exact(8);
@@ -141,6 +166,9 @@ pub struct KeySpec {
     remove_when: Option<Filter>,
     /// What one pass over a row looks for: the key columns, then `remove_when`'s columns.
     wanted: Vec<Box<[u8]>>,
+    /// `"name":` for each of `wanted`, searched for in rows with no nested list or object
+    /// ([`find_top`]); `None` when a name holds a byte the row codec escapes.
+    needles: Option<Vec<Finder<'static>>>,
 }
 
 /// Why a row has no key (it lacks a key column, or holds a value no key can take).
@@ -159,16 +187,30 @@ const SCAN_MAX: usize = 16;
 impl KeySpec {
     /// The key `columns` (in declaration order) and the rows that remove their key.
     pub fn new(columns: Vec<String>, remove_when: Option<Filter>) -> KeySpec {
-        let wanted = columns
+        let wanted: Vec<Box<[u8]>> = columns
             .iter()
             .map(String::as_str)
             .chain(remove_when.iter().flat_map(Filter::columns))
             .map(|c| c.as_bytes().into())
             .collect();
+        let plain = |c: &[u8]| !c.iter().any(|&b| b == b'"' || b == b'\\' || b < 0x20);
+        let needles = wanted.iter().all(|c| plain(c)).then(|| {
+            wanted
+                .iter()
+                .map(|c| {
+                    let mut needle = Vec::with_capacity(c.len() + 3);
+                    needle.push(b'"');
+                    needle.extend_from_slice(c);
+                    needle.extend_from_slice(b"\":");
+                    Finder::new(&needle).into_owned()
+                })
+                .collect()
+        });
         KeySpec {
             columns,
             remove_when,
             wanted,
+            needles,
         }
     }
 
@@ -271,7 +313,14 @@ impl KeySpec {
             return None;
         }
         let mut found: [Option<&[u8]>; SCAN_MAX] = [None; SCAN_MAX];
-        scan_top(row, &self.wanted, &mut found[..n])?;
+        let quick = self
+            .needles
+            .as_ref()
+            .is_some_and(|needles| find_top(row, needles, &mut found[..n]));
+        if !quick {
+            found[..n].fill(None);
+            scan_top(row, &self.wanted, &mut found[..n])?;
+        }
         for (i, c) in self.columns.iter().enumerate() {
             let no = |found| {
                 Some(Err(NoKey {
@@ -394,6 +443,39 @@ fn scan_top<'a>(row: &'a [u8], names: &[Box<[u8]>], found: &mut [Option<&'a [u8]
     }
 }
 
+/// [`scan_top`]'s answer, found faster: each name's `"name":` searched for (memchr's
+/// vectorised search). In a compact object such a match just after a `{` or `,` can only be a
+/// member's name (a quote inside a string is escaped), and with no `{` or `[` before it (in
+/// strings or out) nothing is nested there: a top-level member, the first of that name.
+/// `false` when it cannot tell (a name not found, a match elsewhere or after a `{` or `[`):
+/// the caller then scans.
+fn find_top<'a>(
+    row: &'a [u8],
+    needles: &[Finder<'static>],
+    found: &mut [Option<&'a [u8]>],
+) -> bool {
+    if row.first() != Some(&b'{') {
+        return false;
+    }
+    let mut last = 1;
+    for (slot, needle) in found.iter_mut().zip(needles) {
+        let Some(at) = needle.find(row) else {
+            return false;
+        };
+        // `at` ≥ 1: the row opens with `{`, a needle with `"`
+        if !matches!(row[at - 1], b'{' | b',') {
+            return false;
+        }
+        let start = at + needle.needle().len();
+        let Some(end) = skip_value(row, start) else {
+            return false;
+        };
+        *slot = Some(&row[start..end]);
+        last = last.max(at);
+    }
+    memchr::memchr2(b'{', b'[', &row[1..last]).is_none()
+}
+
 /// The end of the JSON value starting at `i`.
 fn skip_value(row: &[u8], mut i: usize) -> Option<usize> {
     match *row.get(i)? {
@@ -477,11 +559,18 @@ pub enum Applied {
 /// The latest row per key, up to `position` (every row below it folded in).
 #[derive(Debug, Clone)]
 pub struct StateMap {
-    /// The entities by key: what the fold looks up on every row.
-    entries: FxHashMap<Key, Entry>,
-    /// The same keys in key order (the collection's windows), changed only when a key comes or
-    /// goes, not when its row is replaced.
-    order: BTreeSet<Key>,
+    /// Every key's entity or remembered removal, by key: what the fold looks up (once) on
+    /// every row.
+    table: HashTable<Slot>,
+    /// Entities in `table`.
+    held: usize,
+    /// Removals in `table` (tombstones), at most `max_keys`; the oldest go first.
+    removed: usize,
+    /// The removals by offset, oldest first; an item whose key came back (or went again
+    /// later) is stale and skipped (the table's slot tells).
+    removals: VecDeque<(u64, Key)>,
+    /// The keys in key order (the collection's windows), put in order when a read needs it.
+    order: KeyOrder,
     /// The offset of the next row to fold.
     position: u64,
     max_keys: usize,
@@ -489,16 +578,226 @@ pub struct StateMap {
     incomplete: bool,
     /// Summed row bytes of the entities.
     row_bytes: usize,
-    /// Keys removed by `remove_when`, with the removing row's offset (for `/changes`), at
-    /// most `max_keys`; the oldest go first.
-    tombstones: FxHashMap<Key, u64>,
-    /// The same tombstones by offset.
-    tombstones_by_offset: BTreeMap<u64, Key>,
     /// Changes from this offset on are all known: removals below it may have been forgotten
     /// (the state was built or recovered here, or tombstones were dropped at the bound).
     changes_floor: u64,
-    /// The key of the row being folded (reused: no allocation per row for a known key).
+    /// The key of the row being folded (reused: no allocation per row).
     scratch: Vec<u8>,
+    /// Row buffers of removed entities, for the next new keys (no allocation per new key
+    /// while removals keep up with them).
+    spare_rows: Vec<Vec<u8>>,
+}
+
+/// One key's place in the table: its entity, or the removal that took it (a tombstone).
+#[derive(Debug, Clone)]
+struct Slot {
+    key: Key,
+    held: Held,
+    /// Where the key's last "came" note was put in the key order's notes: if it is still
+    /// there, the key going cancels it rather than adding one (a key that comes and goes
+    /// between merges costs the merge nothing).
+    note: u32,
+}
+
+#[derive(Debug, Clone)]
+enum Held {
+    /// The key's entity.
+    Entity(Entry),
+    /// The key was removed (`remove_when`) by the row at this offset; remembered for
+    /// `/changes`.
+    Removed(u64),
+}
+
+/// The table's hash of a key's bytes (computed once per folded row).
+#[inline]
+fn hash_of(key: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one(key)
+}
+
+fn find<'a>(table: &'a HashTable<Slot>, key: &[u8]) -> Option<&'a Slot> {
+    table.find(hash_of(key), |s| s.key.as_bytes() == key)
+}
+
+/// Row buffers of removed entities kept for the next new keys, at most (each of at most
+/// [`SPARE_ROW_CAPACITY_MAX`] bytes: ≤ 4 MiB in all).
+const SPARE_ROWS_MAX: usize = 1024;
+/// A removed entity's buffer larger than this is freed, not kept.
+const SPARE_ROW_CAPACITY_MAX: usize = 4096;
+
+/// Stale removals (their key came back) the by-offset queue may hold beyond the live ones
+/// before it is swept.
+const REMOVALS_STALE_MAX: usize = 1024;
+
+/// Notes of keys that came or went, beyond which the fold merges them into the key order (and
+/// beyond a quarter of the merged keys: a merge costs the keys it holds).
+const ORDER_EVENTS_MIN: usize = 4096;
+
+/// The keys in key order, for the collection's windows and the checkpoint, kept lazily: the
+/// fold only notes each key that comes (+1) or goes (−1); a read puts those notes in key order
+/// and walks them beside the merged keys; once the notes outnumber a quarter of the merged
+/// keys (and [`ORDER_EVENTS_MIN`]), the fold merges them in.
+#[derive(Debug, Clone, Default)]
+struct KeyOrder {
+    /// Distinct keys in key order: the keys held when the order was last merged.
+    merged: Vec<Key>,
+    /// Keys that came (+1) or went (−1) since, as they did; `events[..events_sorted]` is in key
+    /// order. For every key, whether `merged` holds it plus its notes' sum is whether the map
+    /// holds it now (1 or 0): a key comes and goes alternately.
+    /// A cancelled pair (a key that came and went) leaves a 0 there.
+    events: Vec<(Key, i8)>,
+    events_sorted: usize,
+}
+
+impl KeyOrder {
+    /// Notes that `key` came; where, for [`KeyOrder::went`].
+    fn came(&mut self, key: Key) -> u32 {
+        self.events.push((key, 1));
+        // past u32::MAX (notes are merged well before): never found, a "went" note instead
+        u32::try_from(self.events.len() - 1).unwrap_or(u32::MAX)
+    }
+
+    /// Notes that `key` went, cancelling its "came" note at `note` if it is still there.
+    fn went(&mut self, key: &Key, note: u32) {
+        match self.events.get_mut(note as usize) {
+            Some((k, d)) if *d == 1 && k == key => *d = 0,
+            _ => self.events.push((key.clone(), -1)),
+        }
+    }
+
+    /// Whether the fold should merge now.
+    fn due(&self) -> bool {
+        self.events.len() > (self.merged.len() / 4).max(ORDER_EVENTS_MIN)
+    }
+
+    /// Puts the notes in key order (the part already sorted is one run: merged with the rest,
+    /// not sorted again).
+    fn sort_events(&mut self) {
+        if self.events_sorted < self.events.len() {
+            // the cancelled notes out first (keeping the sorted part sorted, and counted)
+            let (mut seen, sorted) = (0, self.events_sorted);
+            let mut kept_sorted = 0;
+            self.events.retain(|(_, d)| {
+                let keep = *d != 0;
+                kept_sorted += usize::from(keep && seen < sorted);
+                seen += 1;
+                keep
+            });
+            self.events_sorted = kept_sorted;
+            self.events[self.events_sorted..].sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            if self.events_sorted > 0 {
+                // two sorted runs: the stable sort finds them and merges them
+                self.events.sort_by(|a, b| a.0.cmp(&b.0));
+            }
+            self.events_sorted = self.events.len();
+        }
+    }
+
+    /// Merges the notes into the merged keys; `held`: the map's entity count, which the
+    /// merged keys then number.
+    fn merge(&mut self, held: usize) {
+        self.sort_events();
+        let mut out = Vec::with_capacity(held);
+        let mut keys = std::mem::take(&mut self.merged).into_iter().peekable();
+        let mut events = self.events.drain(..).peekable();
+        loop {
+            // the least key left, and whether `merged` held it (or its first note)
+            let (key, mut count) = match (keys.peek(), events.peek()) {
+                (None, None) => break,
+                (Some(k), Some((e, _))) if e < k => {
+                    let (e, d) = events.next().expect("peeked");
+                    (e, i64::from(d))
+                }
+                (Some(_), _) => (keys.next().expect("peeked"), 1),
+                (None, Some(_)) => {
+                    let (e, d) = events.next().expect("peeked");
+                    (e, i64::from(d))
+                }
+            };
+            while events.peek().is_some_and(|(e, _)| *e == key) {
+                count += i64::from(events.next().expect("peeked").1);
+            }
+            debug_assert!(
+                count == 0 || count == 1,
+                "key {key:?} noted {count} times held"
+            );
+            if count == 1 {
+                out.push(key);
+            }
+        }
+        drop(events);
+        self.merged = out;
+        self.events_sorted = 0;
+        assert_eq!(
+            self.merged.len(),
+            held,
+            "the key order holds every key held"
+        );
+    }
+
+    /// The keys after `after` (from the first without it) that `table` holds as entities, in
+    /// key order; the notes must be sorted ([`KeyOrder::sort_events`]).
+    fn walk<'a>(&'a self, table: &'a HashTable<Slot>, after: Option<&[u8]>) -> InOrder<'a> {
+        assert_eq!(
+            self.events_sorted,
+            self.events.len(),
+            "the notes are sorted before a read"
+        );
+        let (m, e) = match after {
+            Some(a) => (
+                self.merged.partition_point(|k| k.as_bytes() <= a),
+                self.events.partition_point(|(k, _)| k.as_bytes() <= a),
+            ),
+            None => (0, 0),
+        };
+        InOrder {
+            merged: self.merged[m..].iter().peekable(),
+            events: self.events[e..].iter().peekable(),
+            last: None,
+            table,
+        }
+    }
+}
+
+/// The entities in key order: the merged keys and the notes walked side by side, each key
+/// once, those the table holds as entities.
+struct InOrder<'a> {
+    merged: std::iter::Peekable<std::slice::Iter<'a, Key>>,
+    events: std::iter::Peekable<std::slice::Iter<'a, (Key, i8)>>,
+    last: Option<&'a Key>,
+    table: &'a HashTable<Slot>,
+}
+
+impl<'a> Iterator for InOrder<'a> {
+    type Item = (&'a Key, &'a Entry);
+
+    fn next(&mut self) -> Option<(&'a Key, &'a Entry)> {
+        loop {
+            if self.events.peek().is_some_and(|(_, d)| *d == 0) {
+                self.events.next();
+                continue;
+            }
+            let key = match (self.merged.peek(), self.events.peek()) {
+                (None, None) => return None,
+                (Some(k), Some((e, _))) if e < *k => &self.events.next()?.0,
+                (Some(_), _) => self.merged.next()?,
+                (None, Some(_)) => &self.events.next()?.0,
+            };
+            // keys come in order: a repeat is the one before
+            if self.last == Some(key) {
+                continue;
+            }
+            self.last = Some(key);
+            if let Some(Slot {
+                key,
+                held: Held::Entity(e),
+                ..
+            }) = find(self.table, key)
+            {
+                return Some((key, e));
+            }
+        }
+    }
 }
 
 impl StateMap {
@@ -506,55 +805,97 @@ impl StateMap {
     pub fn new(position: u64, max_keys: usize) -> StateMap {
         assert!(max_keys >= 1, "max_keys is at least 1");
         StateMap {
-            entries: FxHashMap::default(),
-            order: BTreeSet::new(),
+            table: HashTable::new(),
+            held: 0,
+            removed: 0,
+            removals: VecDeque::new(),
+            order: KeyOrder::default(),
             position,
             max_keys,
             incomplete: false,
             row_bytes: 0,
-            tombstones: FxHashMap::default(),
-            tombstones_by_offset: BTreeMap::new(),
             changes_floor: position,
             scratch: Vec::with_capacity(32),
+            spare_rows: Vec::new(),
         }
     }
 
     /// A state as a checkpoint recorded it: the entities, the remembered removals (key, the
-    /// removing row's offset) and the offset from which changes are all known.
+    /// removing row's offset; none of a key among the entities) and the offset from which
+    /// changes are all known.
     pub fn from_checkpoint(
         position: u64,
         max_keys: usize,
         entries: BTreeMap<Key, Entry>,
-        tombstones: Vec<(Key, u64)>,
+        mut tombstones: Vec<(Key, u64)>,
         changes_floor: u64,
     ) -> StateMap {
         let mut m = StateMap::new(position, max_keys);
-        for e in entries.values() {
-            assert!(
-                e.version < position,
-                "an entity's version is below the state's position"
-            );
-        }
         assert!(
             changes_floor <= position,
             "the changes floor is below the position"
         );
-        m.row_bytes = entries.values().map(|e| e.row.len()).sum();
+        m.changes_floor = changes_floor;
         // a checkpoint taken under a larger max_keys: more entities than allowed now
         m.incomplete = entries.len() > max_keys;
-        m.order = entries.keys().cloned().collect();
-        m.entries = entries.into_iter().collect();
-        m.changes_floor = changes_floor;
-        for (k, at) in tombstones {
+        m.table
+            .reserve(entries.len() + tombstones.len(), |s| hash_of(&s.key));
+        m.order.merged.reserve(entries.len());
+        for (key, e) in entries {
+            assert!(
+                e.version < position,
+                "an entity's version is below the state's position"
+            );
+            m.row_bytes += e.row.len();
+            m.held += 1;
+            m.order.merged.push(key.clone());
+            m.table.insert_unique(
+                hash_of(&key),
+                Slot {
+                    key,
+                    held: Held::Entity(e),
+                    note: u32::MAX,
+                },
+                |s| hash_of(&s.key),
+            );
+        }
+        // oldest first, as they are forgotten
+        tombstones.sort_by_key(|(_, at)| *at);
+        for (key, at) in tombstones {
             assert!(at < position, "a removal is below the state's position");
-            m.tombstone(k, at);
+            let h = hash_of(&key);
+            match m.table.entry(h, |s| s.key == key, |s| hash_of(&s.key)) {
+                hash_table::Entry::Occupied(mut o) => match &mut o.get_mut().held {
+                    Held::Entity(_) => panic!("a checkpoint's key is held or removed, not both"),
+                    // the same key removed twice: the later removal is the one remembered
+                    Held::Removed(was) => *was = at,
+                },
+                hash_table::Entry::Vacant(v) => {
+                    v.insert(Slot {
+                        key: key.clone(),
+                        held: Held::Removed(at),
+                        note: u32::MAX,
+                    });
+                    m.removed += 1;
+                }
+            }
+            m.removals.push_back((at, key));
+            m.forget_removals();
         }
         m
     }
 
     /// The remembered removals: key and the removing row's offset, oldest first.
     pub fn tombstones(&self) -> impl Iterator<Item = (&Key, u64)> {
-        self.tombstones_by_offset.iter().map(|(at, k)| (k, *at))
+        self.removals
+            .iter()
+            .filter(|(at, k)| self.is_removal(*at, k))
+            .map(|(at, k)| (k, *at))
+    }
+
+    /// Whether the table remembers `key` as removed at `at` (a queued removal is not stale).
+    fn is_removal(&self, at: u64, key: &[u8]) -> bool {
+        matches!(find(&self.table, key), Some(Slot { held: Held::Removed(a), .. }) if *a == at)
     }
 
     /// The offset of the next row to fold.
@@ -564,12 +905,12 @@ impl StateMap {
 
     /// Entities held.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.held
     }
 
     /// Whether no entity is held.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.held == 0
     }
 
     /// Summed bytes of the entities' rows.
@@ -609,6 +950,9 @@ impl StateMap {
             Err(e) => Applied::NoKey(e),
         };
         self.scratch = key;
+        if self.order.due() {
+            self.order.merge(self.held);
+        }
         applied
     }
 
@@ -620,71 +964,118 @@ impl StateMap {
         ts_us: i64,
         row: &[u8],
     ) -> Applied {
+        let hash = hash_of(key);
+        let is_key = |s: &Slot| s.key.as_bytes() == key;
         if removes {
-            return match self.entries.remove_entry(key) {
-                Some((key, old)) => {
-                    self.order.remove(&key);
-                    self.row_bytes -= old.row.len();
-                    self.tombstone(key, offset);
-                    Applied::Removed
-                }
-                None => Applied::RemovedAbsent,
+            let Some(slot) = self.table.find_mut(hash, is_key) else {
+                return Applied::RemovedAbsent;
             };
+            let Held::Entity(e) = &mut slot.held else {
+                return Applied::RemovedAbsent;
+            };
+            let mut buf = std::mem::take(&mut e.row);
+            slot.held = Held::Removed(offset);
+            let key = slot.key.clone();
+            let note = slot.note;
+            self.row_bytes -= buf.len();
+            buf.clear();
+            self.held -= 1;
+            self.removed += 1;
+            if buf.capacity() <= SPARE_ROW_CAPACITY_MAX && self.spare_rows.len() < SPARE_ROWS_MAX {
+                self.spare_rows.push(buf);
+            }
+            self.order.went(&key, note);
+            self.removals.push_back((offset, key));
+            self.forget_removals();
+            return Applied::Removed;
         }
-        if let Some(e) = self.entries.get_mut(key) {
-            self.row_bytes = self.row_bytes - e.row.len() + row.len();
-            e.version = offset;
-            e.ts_us = ts_us;
-            e.row.clear();
-            e.row.extend_from_slice(row);
-            return Applied::Updated;
-        }
-        if self.entries.len() >= self.max_keys {
-            self.incomplete = true;
-            return Applied::Refused;
-        }
-        self.row_bytes += row.len();
-        // with no removal remembered, none a valid token could miss was forgotten either
-        // (forgetting one raises the changes floor past it): the key was absent since before
-        // any token still answered
-        let mut absent_from = 0;
-        if !self.tombstones.is_empty() {
-            if let Some(at) = self.tombstones.remove(key) {
-                self.tombstones_by_offset.remove(&at);
-                absent_from = at;
+        let full = self.held >= self.max_keys;
+        match self.table.entry(hash, is_key, |s| hash_of(&s.key)) {
+            hash_table::Entry::Occupied(mut o) => {
+                let slot = o.get_mut();
+                match &mut slot.held {
+                    Held::Entity(e) => {
+                        self.row_bytes = self.row_bytes - e.row.len() + row.len();
+                        e.version = offset;
+                        e.ts_us = ts_us;
+                        // in place: no allocation unless the row is longer than any before
+                        e.row.clear();
+                        e.row.extend_from_slice(row);
+                        return Applied::Updated;
+                    }
+                    Held::Removed(_) if full => {
+                        self.incomplete = true;
+                        return Applied::Refused;
+                    }
+                    Held::Removed(at) => {
+                        // the key comes back: its queued removal is stale from now on
+                        let at = *at;
+                        let mut buf = self.spare_rows.pop().unwrap_or_default();
+                        buf.extend_from_slice(row);
+                        slot.held = Held::Entity(Entry {
+                            version: offset,
+                            ts_us,
+                            row: buf,
+                            absent: (at, offset),
+                        });
+                        self.removed -= 1;
+                        slot.note = self.order.came(slot.key.clone());
+                    }
+                }
+            }
+            hash_table::Entry::Vacant(_) if full => {
+                self.incomplete = true;
+                return Applied::Refused;
+            }
+            hash_table::Entry::Vacant(v) => {
+                let mut buf = self.spare_rows.pop().unwrap_or_default();
+                buf.extend_from_slice(row);
+                let key = Key::from(key);
+                let note = self.order.came(key.clone());
+                // with no removal remembered, none a valid token could miss was forgotten
+                // either (forgetting one raises the changes floor past it): the key was absent
+                // since before any token still answered
+                v.insert(Slot {
+                    key,
+                    held: Held::Entity(Entry {
+                        version: offset,
+                        ts_us,
+                        row: buf,
+                        absent: (0, offset),
+                    }),
+                    note,
+                });
             }
         }
-        let key = Key::from(key);
-        self.order.insert(key.clone());
-        self.entries.insert(
-            key,
-            Entry {
-                version: offset,
-                ts_us,
-                row: row.to_vec(),
-                absent: (absent_from, offset),
-            },
-        );
-        debug_assert!(self.entries.len() <= self.max_keys);
-        debug_assert_eq!(self.entries.len(), self.order.len());
+        self.held += 1;
+        self.row_bytes += row.len();
+        debug_assert!(self.held <= self.max_keys);
         Applied::Inserted
     }
 
-    fn tombstone(&mut self, key: Key, offset: u64) {
-        if let Some(at) = self.tombstones.insert(key.clone(), offset) {
-            self.tombstones_by_offset.remove(&at);
+    /// Forgets the oldest removals beyond `max_keys`, and sweeps stale ones out of the queue.
+    fn forget_removals(&mut self) {
+        while self.removed > self.max_keys {
+            let (at, key) = self
+                .removals
+                .pop_front()
+                .expect("a queued removal for every remembered one");
+            if self.is_removal(at, &key) {
+                self.table
+                    .find_entry(hash_of(&key), |s| s.key == key)
+                    .expect("a remembered removal")
+                    .remove();
+                self.removed -= 1;
+                // a reader whose token is at or below `at` could miss this removal
+                self.changes_floor = self.changes_floor.max(at + 1);
+            }
         }
-        self.tombstones_by_offset.insert(offset, key);
-        while self.tombstones.len() > self.max_keys {
-            let (at, k) = self
-                .tombstones_by_offset
-                .pop_first()
-                .expect("as many tombstones by offset as by key");
-            self.tombstones.remove(&k);
-            // a reader whose token is at or below `at` could miss this removal
-            self.changes_floor = self.changes_floor.max(at + 1);
+        if self.removals.len() > self.removed + REMOVALS_STALE_MAX {
+            let mut q = std::mem::take(&mut self.removals);
+            q.retain(|(at, k)| self.is_removal(*at, k));
+            self.removals = q;
         }
-        debug_assert_eq!(self.tombstones.len(), self.tombstones_by_offset.len());
+        debug_assert!(self.removals.len() >= self.removed);
     }
 
     /// The lowest offset a `/changes` token may hold: every removal from it on is known.
@@ -696,23 +1087,18 @@ impl StateMap {
     /// without it), stopping early once their rows reach `bytes_max`; and whether any passing
     /// entity is left after them.
     pub fn window(
-        &self,
+        &mut self,
         filter: Option<&Filter>,
         after: Option<&[u8]>,
         limit: usize,
         bytes_max: usize,
     ) -> (Vec<(&Key, &Entry)>, bool) {
-        use std::ops::Bound;
-        let lower = match after {
-            Some(k) => Bound::Excluded(k),
-            None => Bound::Unbounded,
-        };
+        self.order.sort_events();
         let mut out = Vec::new();
         let mut bytes = 0usize;
         let mut it = self
             .order
-            .range::<[u8], _>((lower, Bound::Unbounded))
-            .map(|k| (k, &self.entries[k]))
+            .walk(&self.table, after)
             .filter(|(_, e)| filter.is_none_or(|f| f.matches(&e.row)));
         for (k, e) in it.by_ref() {
             out.push((k, e));
@@ -739,8 +1125,7 @@ impl StateMap {
             return None;
         }
         let mut out: Vec<Change<'_>> = self
-            .entries
-            .iter()
+            .entities()
             .filter(|(_, e)| e.version >= since)
             .filter_map(|(k, e)| {
                 if filter.is_none_or(|f| f.matches(&e.row)) {
@@ -754,9 +1139,11 @@ impl StateMap {
                 }
             })
             .collect();
+        let first = self.removals.partition_point(|(at, _)| *at < since);
         out.extend(
-            self.tombstones_by_offset
-                .range(since..)
+            self.removals
+                .range(first..)
+                .filter(|(at, k)| self.is_removal(*at, k))
                 .map(|(at, k)| Change::Removed(k, *at)),
         );
         out.sort_unstable_by_key(Change::offset);
@@ -768,27 +1155,41 @@ impl StateMap {
         Some((out, self.position))
     }
 
+    /// The entities in no particular order.
+    fn entities(&self) -> impl Iterator<Item = (&Key, &Entry)> {
+        self.table.iter().filter_map(|s| match &s.held {
+            Held::Entity(e) => Some((&s.key, e)),
+            Held::Removed(_) => None,
+        })
+    }
+
     /// The entities whose row passes `filter`, in version (offset) order.
     pub fn selected_by_version(&self, filter: Option<&Filter>) -> Vec<&Entry> {
         // sorted by the version held beside each reference: comparing never reads an entry
         let mut v: Vec<(u64, &Entry)> = self
-            .entries
-            .values()
-            .filter(|e| filter.is_none_or(|f| f.matches(&e.row)))
-            .map(|e| (e.version, e))
+            .entities()
+            .filter(|(_, e)| filter.is_none_or(|f| f.matches(&e.row)))
+            .map(|(_, e)| (e.version, e))
             .collect();
         v.sort_unstable_by_key(|(version, _)| *version);
         v.into_iter().map(|(_, e)| e).collect()
     }
 
-    /// Every entity in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&Key, &Entry)> {
-        self.order.iter().map(|k| (k, &self.entries[k]))
+    /// Every entity in key order (the key order is put in order first, hence `&mut`).
+    pub fn iter(&mut self) -> impl Iterator<Item = (&Key, &Entry)> {
+        self.order.sort_events();
+        self.order.walk(&self.table, None)
     }
 
     /// The entity of `key`.
     pub fn get(&self, key: &[u8]) -> Option<&Entry> {
-        self.entries.get(key)
+        match find(&self.table, key) {
+            Some(Slot {
+                held: Held::Entity(e),
+                ..
+            }) => Some(e),
+            _ => None,
+        }
     }
 }
 
@@ -1172,5 +1573,252 @@ mod tests {
         );
         assert_eq!(payload_ts(br#"[12,-3,{"a":1}]"#), Some(-3));
         assert_eq!(payload_ts(b"{}"), None);
+    }
+
+    /// A small generator, the same sequence every run.
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    #[test]
+    fn the_lazy_key_order_stays_that_of_an_ordered_set() {
+        use std::collections::BTreeSet;
+        let s = spec(&["k"], Some(r#"{"gone":true}"#));
+        let mut m = StateMap::new(1, 1_000);
+        // the model: the keys held, their versions, and the remembered removals
+        let mut held: BTreeMap<Key, u64> = BTreeMap::new();
+        let mut removed: BTreeMap<Key, u64> = BTreeMap::new();
+        let mut rows: BTreeMap<Key, String> = BTreeMap::new();
+        let mut rng = Lcg(7);
+        let mut merges = 0;
+        // more notes than ORDER_EVENTS_MIN several times over: the fold merges, and reads walk
+        // merged keys and notes side by side
+        for offset in 1..=40_000u64 {
+            let k = rng.below(600) as i64 - 300;
+            let gone = rng.below(3) == 0;
+            let row = format!(
+                r#"{{"k":{k},"gone":{gone},"pad":"{}"}}"#,
+                "x".repeat(k.unsigned_abs() as usize % 9)
+            );
+            let key = s.key_of(row.as_bytes()).unwrap();
+            let before = m.order.events.len();
+            let got = m.apply(&s, offset, 0, row.as_bytes());
+            if m.order.events.len() < before {
+                merges += 1;
+            }
+            let want = if gone {
+                if held.remove(&key).is_some() {
+                    removed.insert(key, offset);
+                    Applied::Removed
+                } else {
+                    Applied::RemovedAbsent
+                }
+            } else if held.insert(key.clone(), offset).is_some() {
+                rows.insert(key.clone(), row.clone());
+                Applied::Updated
+            } else {
+                removed.remove(&key);
+                rows.insert(key.clone(), row.clone());
+                Applied::Inserted
+            };
+            assert_eq!(got, want, "offset {offset}");
+            if offset % 997 == 0 || offset % 4096 == 1 {
+                let order: Vec<(Key, u64)> =
+                    m.iter().map(|(k, e)| (k.clone(), e.version)).collect();
+                let model: Vec<(Key, u64)> = held.iter().map(|(k, v)| (k.clone(), *v)).collect();
+                assert_eq!(
+                    order, model,
+                    "every entity once, in key order, at offset {offset}"
+                );
+                for (k, _) in &model {
+                    assert_eq!(m.get(k).unwrap().row, rows[k].as_bytes(), "the latest row");
+                }
+                let bytes: usize = model.iter().map(|(k, _)| rows[k].len()).sum();
+                assert_eq!(m.row_bytes(), bytes);
+                // windows of 7 from the first, and from a key that may or may not be held
+                let mut after: Option<Key> = None;
+                let mut paged = Vec::new();
+                loop {
+                    let (w, more) = m.window(None, after.as_deref(), 7, usize::MAX);
+                    paged.extend(w.iter().map(|(k, _)| (*k).clone()));
+                    after = w.last().map(|(k, _)| (*k).clone());
+                    if !more {
+                        break;
+                    }
+                }
+                assert_eq!(paged, held.keys().cloned().collect::<Vec<_>>());
+                let probe = s
+                    .key_of(format!(r#"{{"k":{}}}"#, k - 1).as_bytes())
+                    .unwrap();
+                let (w, _) = m.window(None, Some(&probe), 3, usize::MAX);
+                let want: Vec<&Key> = held
+                    .range::<Key, _>((
+                        std::ops::Bound::Excluded(&probe),
+                        std::ops::Bound::Unbounded,
+                    ))
+                    .map(|(k, _)| k)
+                    .take(3)
+                    .collect();
+                assert_eq!(w.iter().map(|(k, _)| *k).collect::<Vec<_>>(), want);
+                let mut tombstones: Vec<(Key, u64)> =
+                    m.tombstones().map(|(k, at)| (k.clone(), at)).collect();
+                let ats: Vec<u64> = tombstones.iter().map(|(_, at)| *at).collect();
+                assert!(ats.windows(2).all(|w| w[0] < w[1]), "oldest first");
+                tombstones.sort();
+                assert_eq!(
+                    tombstones,
+                    removed
+                        .iter()
+                        .map(|(k, at)| (k.clone(), *at))
+                        .collect::<Vec<_>>()
+                );
+                let keys: BTreeSet<&Key> = m.entities().map(|(k, _)| k).collect();
+                assert_eq!(keys.len(), m.len());
+            }
+        }
+        assert!(merges >= 3, "merged {merges} times");
+        assert_eq!(m.len(), held.len());
+        // a checkpoint's view of it builds the same state back
+        let entries: BTreeMap<Key, Entry> = m.iter().map(|(k, e)| (k.clone(), e.clone())).collect();
+        let tombstones: Vec<(Key, u64)> = m.tombstones().map(|(k, at)| (k.clone(), at)).collect();
+        let mut back =
+            StateMap::from_checkpoint(m.position(), 1_000, entries, tombstones, m.changes_floor());
+        assert_eq!(
+            back.iter().collect::<Vec<_>>(),
+            m.iter().collect::<Vec<_>>()
+        );
+        assert_eq!(
+            back.tombstones().collect::<Vec<_>>(),
+            m.tombstones().collect::<Vec<_>>()
+        );
+        assert_eq!(back.row_bytes(), m.row_bytes());
+        assert_eq!(
+            back.changes(None, 30_000, 10_000),
+            m.changes(None, 30_000, 10_000)
+        );
+    }
+
+    #[test]
+    fn a_row_is_copied_into_its_entity_s_buffer_and_removed_buffers_are_reused() {
+        let s = spec(&["k"], Some(r#"{"gone":true}"#));
+        let mut m = StateMap::new(1, 10);
+        let short: &[u8] = br#"{"k":1,"gone":false}"#;
+        let long = format!(r#"{{"k":1,"gone":false,"pad":"{}"}}"#, "y".repeat(100));
+        m.apply(&s, 1, 0, short);
+        m.apply(&s, 2, 0, long.as_bytes());
+        assert_eq!(
+            m.get(&s.key_of(short).unwrap()).unwrap().row,
+            long.as_bytes()
+        );
+        assert_eq!(m.row_bytes(), long.len());
+        let grown = m.get(&s.key_of(short).unwrap()).unwrap().row.as_ptr();
+        // shrinking keeps the buffer
+        m.apply(&s, 3, 0, short);
+        let e = m.get(&s.key_of(short).unwrap()).unwrap();
+        assert_eq!(e.row, short);
+        assert_eq!(e.row.as_ptr(), grown, "a shorter row fits the buffer");
+        assert_eq!((e.version, m.row_bytes()), (3, short.len()));
+        // a removed entity's buffer goes to the next new key
+        m.apply(&s, 4, 0, br#"{"k":1,"gone":true}"#);
+        assert_eq!(m.row_bytes(), 0);
+        m.apply(&s, 5, 0, br#"{"k":2,"gone":false}"#);
+        let e = m.get(&s.key_of(br#"{"k":2}"#).unwrap()).unwrap();
+        assert_eq!(e.row.as_ptr(), grown, "the spare buffer is reused");
+        assert_eq!(e.row, br#"{"k":2,"gone":false}"#);
+        assert_eq!(m.row_bytes(), e.row.len());
+    }
+
+    #[test]
+    fn a_removal_whose_key_came_back_is_stale_and_never_forgotten_in_its_place() {
+        let s = spec(&["k"], Some(r#"{"gone":true}"#));
+        let k = |k: i64| s.key_of(format!(r#"{{"k":{k}}}"#).as_bytes()).unwrap();
+        let row = |k: i64, gone: bool| format!(r#"{{"k":{k},"gone":{gone}}}"#);
+        let mut m = StateMap::new(1, 2);
+        m.apply(&s, 1, 0, row(0, false).as_bytes());
+        m.apply(&s, 2, 0, row(0, true).as_bytes());
+        // back: the removal at 2 is stale
+        assert_eq!(
+            m.apply(&s, 3, 0, row(0, false).as_bytes()),
+            Applied::Inserted
+        );
+        assert_eq!(m.get(&k(0)).unwrap().absent, (2, 3));
+        for (i, key) in [1, 2, 3].into_iter().enumerate() {
+            let o = 4 + 2 * i as u64;
+            m.apply(&s, o, 0, row(key, false).as_bytes());
+            m.apply(&s, o + 1, 0, row(key, true).as_bytes());
+        }
+        // removals at 5, 7, 9 with room for two: the one at 5 is forgotten, the stale one at 2
+        // is only dropped
+        assert_eq!(m.changes_floor(), 6);
+        assert_eq!(m.tombstones().collect::<Vec<_>>(), [(&k(2), 7), (&k(3), 9)]);
+        assert!(m.get(&k(0)).is_some());
+        assert_eq!(m.len(), 1);
+        // a key that comes and goes over and over leaves a bounded queue
+        let mut o = 10;
+        for _ in 0..3 * REMOVALS_STALE_MAX {
+            m.apply(&s, o, 0, row(5, false).as_bytes());
+            m.apply(&s, o + 1, 0, row(5, true).as_bytes());
+            o += 2;
+        }
+        assert!(m.removals.len() <= m.removed + REMOVALS_STALE_MAX + 1);
+        assert_eq!(m.tombstones().count(), 2);
+        assert_eq!(m.tombstones().last(), Some((&k(5), o - 1)));
+    }
+
+    #[test]
+    fn the_quick_search_answers_as_the_scan_does() {
+        let s = spec(&["k", "s"], Some(r#"{"a":["C","F"]}"#));
+        let needles = s.needles.as_ref().expect("plain names");
+        let rows: [&[u8]; 7] = [
+            br#"{"x":1,"k":7,"s":"q","a":"C"}"#,
+            // a name inside a string value, a nested object, a repeated name, a name missing
+            br#"{"x":"\"k\":1","k":2,"s":"r","a":"A"}"#,
+            br#"{"n":{"k":1},"k":3,"s":"t","a":"F"}"#,
+            br#"{"k":4,"k":5,"s":"u","a":"F"}"#,
+            br#"{"k":6,"s":"v"}"#,
+            br#"{"xk":1,"k":8,"s":"","a":"C"}"#,
+            br#"{"k":-9,"s":"w","a":null}"#,
+        ];
+        for row in rows {
+            let n = s.wanted.len();
+            let mut quick = [None; SCAN_MAX];
+            let mut scan = [None; SCAN_MAX];
+            let scanned = scan_top(row, &s.wanted, &mut scan[..n]).is_some();
+            if find_top(row, needles, &mut quick[..n]) {
+                assert!(scanned);
+                assert_eq!(quick, scan, "{}", String::from_utf8_lossy(row));
+            }
+            // either way, the one-pass answer is the lookups' (checked in debug builds too)
+            let mut key = Vec::new();
+            let got = s.key_and_removes(row, &mut key);
+            assert_eq!(
+                got.as_ref().ok().copied(),
+                s.key_of(row).ok().map(|_| s.removes(row)),
+                "{}",
+                String::from_utf8_lossy(row)
+            );
+        }
+        let mut quick = [None; SCAN_MAX];
+        assert!(find_top(rows[0], needles, &mut quick[..3]));
+        assert_eq!(
+            quick[..3],
+            [Some(&b"7"[..]), Some(&b"\"q\""[..]), Some(&b"\"C\""[..])]
+        );
+        assert!(
+            !find_top(rows[2], needles, &mut quick[..3]),
+            "nested: scanned"
+        );
+        assert!(
+            !find_top(rows[4], needles, &mut quick[..3]),
+            "a name missing: scanned"
+        );
     }
 }

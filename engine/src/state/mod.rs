@@ -843,7 +843,7 @@ impl Thread {
         {
             return;
         }
-        let buf = match checkpoint::encode(&self.id, &self.map) {
+        let buf = match checkpoint::encode(&self.id, &mut self.map) {
             Ok(b) => b,
             Err(e) => {
                 tracing::error!(stream = %self.st.cfg.name, "state: encoding a checkpoint failed: {e}");
@@ -896,7 +896,7 @@ impl Thread {
     }
 
     fn window(
-        &self,
+        &mut self,
         filter: Option<&Filter>,
         after: Option<&[u8]>,
         limit: usize,
@@ -904,6 +904,7 @@ impl Thread {
         if self.map.incomplete() {
             return Err(Unavailable::Incomplete);
         }
+        let at = self.map.position();
         let (entities, more) = self.map.window(filter, after, limit, ANSWER_BYTES_MAX);
         let mut out = Vec::new();
         for (i, (k, e)) in entities.iter().enumerate() {
@@ -913,7 +914,7 @@ impl Thread {
             push_entity(k, e, false, &mut out);
         }
         Ok(Window {
-            at: self.map.position(),
+            at,
             entities_json: out,
             count: entities.len(),
             last_key: entities.last().map(|(k, _)| (*k).clone()),
