@@ -664,3 +664,83 @@ fn catch_up_from_corecasts_own_published_table() {
     p.close().expect("publisher close");
     server.stop();
 }
+
+/// `corecast sub --catch-up --where` on a selection that matches one early row of the table and
+/// nothing after it: the row reaches stdout while the CLI waits on the socket (it is not left in
+/// the output buffer behind the table's filtered rows), the cursor names it only once it is
+/// shown, and Ctrl-C keeps both.
+#[test]
+fn corecast_sub_catch_up_with_a_filter_shows_a_row_before_waiting() {
+    let setup = support::Setup::new();
+    let cfg = setup.config(E2E_CONFIG);
+    let server = support::Server::start(Some(&cfg), &setup.data(), &[]);
+    let url = server.url("trades");
+    let mut p = blocking::publish(&url, PublishOptions::default()).expect("publisher");
+    let rare = |i: u64| support::trade(i as i64, if i == 5 { "XRPUSD" } else { "BTCUSD" });
+    let rows: Vec<String> = (1..3051).map(rare).collect();
+    for chunk in rows.chunks(100) {
+        p.submit_batch(chunk).expect("submit");
+    }
+    p.flush().expect("acks");
+    // offset 1 is no longer replayed: wait for the table to hold it
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let refused = blocking::connect(
+            &url,
+            SubscribeOptions {
+                offset: Some(Offset::At(1)),
+                ..SubscribeOptions::default()
+            },
+        )
+        .err()
+        .is_some_and(|e| e.is_catch_up_recoverable());
+        let probe = blocking::connect(&url, SubscribeOptions::default()).expect("live");
+        let hint = probe.greeting().metadata_hint.clone().expect("hint");
+        probe.close().expect("close");
+        let held = PublishedTable::open(&hint, None, &S3Options::default())
+            .is_ok_and(|t| t.floor() == Some(1) && t.end() > 1000);
+        if refused && held {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no table from 1");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let out_path = setup.tmp.path().join("out.txt");
+    let cursor = setup.tmp.path().join("cursor");
+    let mut child = Command::new(support::corecast_bin())
+        .args(["sub", &url, "--offset", "1", "--catch-up", "--where"])
+        .arg(r#"{"symbol":"XRPUSD"}"#)
+        .arg("--cursor")
+        .arg(&cursor)
+        .stdout(std::fs::File::create(&out_path).expect("out"))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("corecast sub");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::fs::read_to_string(&out_path)
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "row 5 never reached stdout while the CLI waited for live rows"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let shown = std::fs::read_to_string(&out_path).expect("out");
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines.len(), 1, "{shown}");
+    assert!(lines[0].starts_with("[5,"), "{shown}");
+    assert!(lines[0].contains("XRPUSD"), "{shown}");
+    // Ctrl-C: a normal end; the cursor names the row shown, not one past what stdout got
+    let _ = Command::new("kill")
+        .arg("-INT")
+        .arg(child.id().to_string())
+        .status();
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&out_path).expect("out"), shown);
+    assert_eq!(std::fs::read_to_string(&cursor).expect("cursor"), "5\n");
+    p.close().expect("publisher close");
+    server.stop();
+}

@@ -1260,3 +1260,66 @@ fn our_catch_up_reads_across_the_seam() {
         );
     }
 }
+
+/// Retention on a migrated stream's live log: once it drops the live log's first rows, the
+/// sealed log (all older rows) is no longer listed in the stream metadata, so a catch-up from
+/// below the live table's floor is refused, naming the floor — listed, the seam would hold a
+/// hole that the official client reads across without a word, skipping the dropped rows.
+#[test]
+fn retention_past_the_seam_lists_no_sealed_log() {
+    let setup = Setup::new();
+    let server = Server::start(Some(&setup.config(CONFIG)), &setup.data(), &[]);
+    let a = server.addr;
+    let d =
+        json!({ "schema": v1(), "seal_target_bytes": 4096, "max_replay": 20, "retention": "2s" });
+    finished(a, &create(a, "r", &d));
+    assert_eq!(publish(&server, "r", &rows(1, 301)).len(), 300);
+    let op = migrate(a, "r", &v2());
+    assert_eq!(finished(a, &op)["state"], "succeeded");
+    let seam = 301;
+    assert_eq!(publish(&server, "r", &rows(301, 701))[0], Some(seam));
+    // while the live log's table starts at the seam, the sealed log is listed
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = stream_metadata(&setup.data(), "r");
+        if m["live_log"]["start_offset"] == seam {
+            assert_eq!(m["sealed_logs"].as_array().map(Vec::len), Some(1), "{m}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no live table at the seam: {m}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // rows 2 s later: retention drops the live log's older files
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut next = 701;
+    let floor = loop {
+        publish(&server, "r", &rows(next, next + 50));
+        next += 50;
+        let m = stream_metadata(&setup.data(), "r");
+        let start = m["live_log"]["start_offset"].as_u64().unwrap();
+        if start > seam {
+            assert_eq!(m["sealed_logs"], json!([]), "{m}");
+            assert_eq!(m["manifest"], Value::Null, "{m}");
+            break start;
+        }
+        assert!(Instant::now() < deadline, "retention dropped nothing: {m}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // our client: from 1 refused, naming where the published history starts now
+    let e = blocking::connect(
+        &server.url("r"),
+        SubscribeOptions {
+            offset: Some(Offset::At(1)),
+            catch_up: true,
+            ..SubscribeOptions::default()
+        },
+    )
+    .err()
+    .expect("a catch-up from 1 across dropped rows is refused");
+    let text = e.to_string();
+    assert!(
+        text.contains("asked to catch up from offset 1") && text.contains("start at"),
+        "{text}"
+    );
+    assert!(floor > seam, "{floor}");
+}

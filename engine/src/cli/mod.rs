@@ -211,6 +211,9 @@ pub fn print_rows(
     if let Some(path) = sub.cursor_path() {
         save_cursor_on_signal(cmd, path, shown.clone());
     }
+    // a row in `out`'s buffer is not shown yet: the cursor moves only past flushed rows (a
+    // signal or a crash never leaves it past a row stdout did not get)
+    sub.consume_explicitly();
     let end = loop {
         if count.is_some_and(|c| printed >= c) {
             break PrintEnd::Done;
@@ -236,6 +239,9 @@ pub fn print_rows(
                     }
                     if let Some(o) = row.offset {
                         shown.store(o, std::sync::atomic::Ordering::SeqCst);
+                        if let Err(e) = sub.consumed(o) {
+                            break PrintEnd::Client(e);
+                        }
                     }
                 }
             }

@@ -54,6 +54,20 @@ impl Subscription {
             .map(|c| c.path().to_path_buf())
     }
 
+    /// See [`super::Subscription::consume_explicitly`].
+    pub fn consume_explicitly(&mut self) {
+        self.inner.as_mut().expect("open").consume_explicitly();
+    }
+
+    /// See [`super::Subscription::consumed`].
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Cursor`] when the cursor file cannot be written.
+    pub fn consumed(&mut self, offset: u64) -> Result<(), ClientError> {
+        self.inner.as_mut().expect("open").consumed(offset)
+    }
+
     /// Whether a next frame's bytes are already buffered.
     pub fn has_buffered(&self) -> bool {
         self.inner().has_buffered()

@@ -153,9 +153,29 @@ impl CatchUp {
         Ok((catch_up, probe))
     }
 
-    /// Whether rows are ready without any wait.
+    /// Whether rows are ready without any wait: the chunk's rows past `pos` are never all
+    /// held back by the filter ([`CatchUp::skip_filtered`] passes those after each row handed
+    /// out), so a consumer that flushes when this is false shows every row it was handed.
     pub(super) fn has_buffered(&self) -> bool {
         self.pos < self.chunk.len()
+    }
+
+    /// Moves `pos` past the chunk's rows the filter holds back (and the start with it, as the
+    /// server's filter skips a live row).
+    fn skip_filtered(&mut self) {
+        let filter = match &self.chunk_filter {
+            Some((_, f)) => Some(f),
+            None => self.filter.as_ref(),
+        };
+        let Some(filter) = filter else { return };
+        while self.pos < self.chunk.len() {
+            let (o, _, bytes) = self.chunk.row(self.pos);
+            if filter.matches(bytes) {
+                break;
+            }
+            self.start = o + 1;
+            self.pos += 1;
+        }
     }
 
     /// The next row of the table, or the splice onto the socket once the table is delivered.
@@ -177,7 +197,9 @@ impl CatchUp {
                 let Ok(text) = std::str::from_utf8(bytes) else {
                     return Err(self.failed(format!("the row at offset {o} is not UTF-8")));
                 };
-                return Ok(Step::Row(Row::from_parts(o, ts, text)));
+                let row = Row::from_parts(o, ts, text);
+                self.skip_filtered();
+                return Ok(Step::Row(row));
             }
             let next = match self.rows.as_mut() {
                 Some(rows) => rows.next_chunk(),

@@ -15,6 +15,9 @@ pub struct Subscription {
     last_offset: Option<u64>,
     /// The offset of the row last handed to the consumer, not yet counted as consumed.
     handed: Option<u64>,
+    /// Set by [`Subscription::consume_explicitly`]: rows count as consumed only through
+    /// [`Subscription::consumed`], never by asking for the next one or closing.
+    explicit: bool,
     cursor: Option<Cursor>,
     ended: bool,
     /// The reason of the close frame that ended the stream normally (1000/1001), if it gave one.
@@ -59,6 +62,7 @@ pub async fn connect(url: &str, opts: SubscribeOptions) -> Result<Subscription, 
             target,
             last_offset: None,
             handed: None,
+            explicit: false,
             cursor,
             ended: false,
             end_reason: None,
@@ -76,6 +80,7 @@ pub async fn connect(url: &str, opts: SubscribeOptions) -> Result<Subscription, 
                 target,
                 last_offset: None,
                 handed: None,
+                explicit: false,
                 cursor,
                 ended: false,
                 end_reason: None,
@@ -161,7 +166,35 @@ impl Subscription {
         false
     }
 
+    /// From now on a row counts as consumed (the cursor may be saved past it) only once the
+    /// consumer says so with [`Subscription::consumed`]: for a consumer that holds rows it was
+    /// handed (an output buffer) before they are safe, so that a cursor never passes a row it
+    /// lost. [`Subscription::close`] then saves what was confirmed.
+    pub fn consume_explicitly(&mut self) {
+        self.explicit = true;
+    }
+
+    /// Counts every row up to `offset` as consumed (saved at most once a second, and at
+    /// [`Subscription::close`]); for a consumer that called
+    /// [`Subscription::consume_explicitly`].
+    ///
+    /// # Errors
+    ///
+    /// [`ClientError::Cursor`] when the cursor file cannot be written.
+    pub fn consumed(&mut self, offset: u64) -> Result<(), ClientError> {
+        match self.cursor.as_mut() {
+            Some(c) => {
+                c.consumed(offset);
+                c.save_if_due()
+            }
+            None => Ok(()),
+        }
+    }
+
     fn confirm_handed(&mut self) -> Result<(), ClientError> {
+        if self.explicit {
+            return Ok(());
+        }
         if let (Some(o), Some(c)) = (self.handed.take(), self.cursor.as_mut()) {
             c.consumed(o);
             c.save_if_due()?;
@@ -249,8 +282,8 @@ impl Subscription {
         Ok(())
     }
 
-    /// Ends the subscription cleanly: the last row handed out counts as consumed, the cursor
-    /// is saved, and the connection is closed with 1000.
+    /// Ends the subscription cleanly: the last row handed out counts as consumed (unless
+    /// [`Subscription::consume_explicitly`]: then what was confirmed), the cursor is saved, and the connection is closed with 1000.
     pub async fn close(mut self) -> Result<(), ClientError> {
         let saved = self
             .confirm_handed()

@@ -325,6 +325,19 @@ pub enum SeamDefect {
         /// Its offsets, `[start_offset, end_offset)`.
         offsets: Range<u64>,
     },
+    /// A sealed log's table is there but cannot be read (its hint names a metadata file that
+    /// is not there, a manifest is missing, a file does not parse).
+    #[error("sealed log '{log}' (offsets {}..{}): its published table at {table} cannot be read: {error}", offsets.start, offsets.end)]
+    TableUnreadable {
+        /// The sealed log.
+        log: String,
+        /// Its table's URI.
+        table: String,
+        /// Its offsets, `[start_offset, end_offset)`.
+        offsets: Range<u64>,
+        /// Why it cannot be read.
+        error: String,
+    },
     /// A sealed log's table holds fewer rows than the stream manifest records for it.
     #[error("sealed log '{log}' (offsets {}..{}) is published short: its table {table} holds {holds} rows, but the stream manifest records {expected}", offsets.start, offsets.end)]
     PublishedShort {
@@ -348,6 +361,7 @@ impl SeamDefect {
             SeamDefect::Hole { offsets, .. }
             | SeamDefect::Overlap { offsets, .. }
             | SeamDefect::TableMissing { offsets, .. }
+            | SeamDefect::TableUnreadable { offsets, .. }
             | SeamDefect::PublishedShort { offsets, .. } => offsets,
         }
     }
@@ -365,9 +379,46 @@ pub struct LogTable {
     end: u64,
     codec: RowCodec,
     columns: Vec<MappedColumn>,
+    /// Why a sealed log's table could not be read (opened empty, as if not there): a seam
+    /// defect, so that only the reads that meet its offsets are refused.
+    unreadable: Option<String>,
 }
 
 impl LogTable {
+    /// Opens a sealed log's table; one that is there but cannot be read (a file missing or
+    /// not parsing) is opened empty with the error kept ([`SeamDefect::TableUnreadable`]). A
+    /// store failure is still an error: the read may succeed again.
+    fn open_sealed(
+        fetcher: &mut Fetcher,
+        metadata_uri: &str,
+        label: &str,
+        entry: LogEntry,
+    ) -> Result<LogTable, ReadError> {
+        match LogTable::open(fetcher, metadata_uri, label, entry.clone()) {
+            Ok(t) => Ok(t),
+            Err(
+                e @ (ReadError::Missing { .. }
+                | ReadError::Invalid { .. }
+                | ReadError::Unsupported { .. }),
+            ) => {
+                let codec = codec_of(metadata_uri, label, &entry)?;
+                Ok(LogTable {
+                    table: format!("{}/{}", entry.published.trim_end_matches('/'), entry.name),
+                    table_metadata: None,
+                    files: Vec::new(),
+                    defects: Vec::new(),
+                    floor: None,
+                    end: entry.start_offset,
+                    codec,
+                    columns: Vec::new(),
+                    entry,
+                    unreadable: Some(e.to_string()),
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Reads the table of `entry` (`label` names it in errors: `live_log`, `sealed_logs[0]`).
     /// A table without a hint is opened empty (nothing published).
     fn open(
@@ -388,6 +439,7 @@ impl LogTable {
             codec,
             columns: Vec::new(),
             entry,
+            unreadable: None,
         };
         let hint = format!("{table}/metadata/{VERSION_HINT}");
         let Some(stem) = fetcher.get(&hint)? else {
@@ -561,7 +613,7 @@ impl PublishedTable {
         let mut logs = Vec::with_capacity(metadata.sealed_logs.len() + 1);
         for (i, entry) in metadata.sealed_logs.iter().enumerate() {
             let label = format!("sealed_logs[{i}]");
-            logs.push(LogTable::open(
+            logs.push(LogTable::open_sealed(
                 &mut fetcher,
                 &metadata.uri,
                 &label,
@@ -689,10 +741,12 @@ impl PublishedTable {
             let r = d.offsets();
             lowest < end && !r.is_empty() && r.start < end && lowest < r.end
         }) {
+            // from the earliest the range asked for reaches down to the defect
+            let asked = defect.offsets().start.min(start)..end;
             return Err(ReadError::Seam {
                 stream: self.metadata.stream.clone(),
                 defect: Box::new(defect.clone()),
-                asked: start..end,
+                asked,
             });
         }
         if end <= start {
@@ -869,7 +923,14 @@ fn seam_defects(
             continue; // parse_stream_metadata puts the live log last
         };
         let next_name = &next.entry.name;
-        if log.table_metadata.is_none() {
+        if let Some(error) = &log.unreadable {
+            out.push(SeamDefect::TableUnreadable {
+                log: name.clone(),
+                table: log.table.clone(),
+                offsets: start..end,
+                error: error.clone(),
+            });
+        } else if log.table_metadata.is_none() {
             out.push(SeamDefect::TableMissing {
                 log: name.clone(),
                 table: log.table.clone(),
@@ -2190,6 +2251,7 @@ mod tests {
             end: start,
             codec: RowCodec::Schemaless,
             columns: Vec::new(),
+            unreadable: None,
         };
         t.set_files(
             files
@@ -2677,6 +2739,29 @@ mod tests {
             "{e}"
         );
         std::fs::write(&version, text).unwrap();
+        // the old log's hint names a metadata file that is not there: the reads that meet its
+        // offsets are refused naming it, the live log's alone are not
+        let old_hint = home.join("published/s/metadata/version-hint.text");
+        let kept_hint = std::fs::read(&old_hint).unwrap();
+        std::fs::write(&old_hint, "00099-gone\n").unwrap();
+        let t = PublishedTable::open(&hint, None, &S3Options::default()).expect("open");
+        let e = t.catch_up_range(Some(1)).expect_err("unreadable");
+        assert!(
+            matches!(&e, ReadError::Seam { defect, .. } if matches!(defect.as_ref(), SeamDefect::TableUnreadable { offsets, .. } if *offsets == (1..301))),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .contains("sealed log 's' (offsets 1..301): its published table")
+                && e.to_string().contains("00099-gone"),
+            "{e}"
+        );
+        assert_eq!(
+            t.catch_up_range(Some(301)).expect("the live log alone"),
+            301..351
+        );
+        assert!(t.rows(301..351, 64).is_ok());
+        std::fs::write(&old_hint, kept_hint).unwrap();
         // the old log's table gone: refused naming it
         std::fs::remove_file(home.join("published/s/metadata/version-hint.text")).unwrap();
         let t = PublishedTable::open(&hint, None, &S3Options::default()).expect("open");

@@ -96,6 +96,24 @@ pub struct SealedLog {
     pub record_count: u64,
 }
 
+/// The sealed logs the stream metadata lists when the live log's table starts at `start`: all
+/// of them while the last one ends there (or past it), none once retention has dropped the live
+/// log's first rows. Every sealed log's rows are older than any row of the live log, so they
+/// are past retention too; listed, they would put a hole at the seam that the official client
+/// reads across without a word (it checks the seam by row counts only: PUBLISHED.md §5.3),
+/// skipping the rows retention dropped. Unlisted, a catch-up from below `start` is refused,
+/// as on a stream never migrated.
+pub fn listed_sealed_logs(sealed: &[SealedLog], start: u64) -> &[SealedLog] {
+    let end = sealed
+        .last()
+        .and_then(|s| s.entry.get("end_offset"))
+        .and_then(serde_json::Value::as_u64);
+    match end {
+        Some(end) if end < start => &[],
+        _ => sealed,
+    }
+}
+
 /// The stream manifest (PUBLISHED.md §3.2): one row per sealed log, `log`, `start_offset`,
 /// `end_offset` and `record_count`, as Parquet. No per-column statistics: the reader then
 /// prunes no log by value (a missing statistic always includes).
@@ -1008,6 +1026,7 @@ impl Publisher {
     fn ensure_stream_metadata(&mut self) -> Result<(), PublishError> {
         let start = self.files.first().map_or(self.end, |f| f.first).max(1);
         let start_ts = self.files.first().map(|f| f.min_ts);
+        let sealed = listed_sealed_logs(&self.info.sealed_logs, start);
         let doc = stream_metadata(
             &self.layout,
             &self.info.stream_id,
@@ -1015,21 +1034,16 @@ impl Publisher {
             start,
             start_ts,
             self.info.retirement.as_ref(),
-            &self
-                .info
-                .sealed_logs
-                .iter()
-                .map(|s| s.entry.clone())
-                .collect::<Vec<_>>(),
+            &sealed.iter().map(|s| s.entry.clone()).collect::<Vec<_>>(),
         );
         // with sealed logs, a manifest beside each version (named for it) and a plain copy
         // beside the plain metadata; `text` (what is compared) names the plain one
         let mut doc = doc;
-        let manifest = if self.info.sealed_logs.is_empty() {
+        let manifest = if sealed.is_empty() {
             None
         } else {
             doc["manifest"] = serde_json::json!(format!("{}.manifest.parquet", self.layout.stream));
-            Some(stream_manifest(&self.info.sealed_logs)?)
+            Some(stream_manifest(sealed)?)
         };
         let text = serde_json::to_string_pretty(&doc)
             .map_err(|e| PublishError::Encode(format!("the stream metadata: {e}")))?;
