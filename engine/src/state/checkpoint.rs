@@ -176,7 +176,7 @@ pub fn read(dir: &Path, id: &Identity, max_keys: usize) -> Result<Option<StateMa
         let version = r.u64()?;
         let ts_us = r.u64()? as i64;
         let rlen = r.u32()? as usize;
-        let row = r.take(rlen)?.into();
+        let row = r.take(rlen)?;
         let absent = if with_absent {
             (r.u64()?, r.u64()?)
         } else {
