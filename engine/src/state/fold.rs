@@ -34,16 +34,63 @@ pub const KEY_INLINE: usize = 23;
 
 #[derive(Clone)]
 enum KeyBytes {
-    Inline(u8, [u8; KEY_INLINE]),
+    Inline(Inline),
     Heap(Box<[u8]>),
+}
+
+/// Up to [`KEY_INLINE`] key bytes, zero-padded, then their count in the last byte; aligned,
+/// so that it reads (and compares, and moves) as three words.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(align(8))]
+struct Inline([u8; KEY_INLINE + 1]);
+
+impl Inline {
+    /// The three words, in an order that is the bytes' order: the zero-padded bytes, then the
+    /// length (where the padded bytes agree, the shorter key is a prefix of the other: it comes
+    /// first, as in byte order).
+    #[inline]
+    fn words(&self) -> [u64; 3] {
+        let w = |i: usize| u64::from_be_bytes(self.0[i..i + 8].try_into().expect("8 bytes"));
+        [w(0), w(8), w(16)]
+    }
+
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        &self.0[..usize::from(self.0[KEY_INLINE])]
+    }
 }
 
 impl Key {
     /// The encoded bytes.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
         match &self.0 {
-            KeyBytes::Inline(n, b) => &b[..usize::from(*n)],
+            KeyBytes::Inline(a) => a.bytes(),
             KeyBytes::Heap(b) => b,
+        }
+    }
+
+    /// The table's hash of the key (a function of its bytes).
+    #[inline]
+    fn table_hash(&self) -> u32 {
+        match &self.0 {
+            KeyBytes::Inline(a) => {
+                let [x, y, z] = a.words();
+                // two folded multiplications (as foldhash does): every bit of every word
+                // reaches the high half
+                let m = |a: u64, b: u64| {
+                    let p = u128::from(a) * u128::from(b);
+                    (p as u64) ^ ((p >> 64) as u64)
+                };
+                let h = m(x ^ 0x243f_6a88_85a3_08d3, y ^ 0x1319_8a2e_0370_7344)
+                    ^ m(z ^ 0xa409_3822_299f_31d0, 0x082e_fa98_ec4e_6c89);
+                (h ^ (h >> 32)) as u32
+            }
+            KeyBytes::Heap(b) => {
+                use std::hash::BuildHasher;
+                let h = rustc_hash::FxBuildHasher.hash_one(&**b);
+                (h ^ (h >> 32)) as u32
+            }
         }
     }
 }
@@ -56,11 +103,13 @@ impl std::ops::Deref for Key {
 }
 
 impl From<&[u8]> for Key {
+    #[inline]
     fn from(b: &[u8]) -> Key {
         if b.len() <= KEY_INLINE {
-            let mut a = [0u8; KEY_INLINE];
+            let mut a = [0u8; KEY_INLINE + 1];
             a[..b.len()].copy_from_slice(b);
-            Key(KeyBytes::Inline(b.len() as u8, a))
+            a[KEY_INLINE] = b.len() as u8;
+            Key(KeyBytes::Inline(Inline(a)))
         } else {
             Key(KeyBytes::Heap(b.into()))
         }
@@ -90,8 +139,10 @@ impl PartialEq for Key {
     fn eq(&self, other: &Key) -> bool {
         match (&self.0, &other.0) {
             // in line, the bytes past the length are zero: equal arrays, equal bytes
-            (KeyBytes::Inline(n, a), KeyBytes::Inline(m, b)) => n == m && a == b,
-            _ => self.as_bytes() == other.as_bytes(),
+            (KeyBytes::Inline(a), KeyBytes::Inline(b)) => a == b,
+            // a key is in line exactly when it is short enough: never equal to one that is not
+            (KeyBytes::Heap(a), KeyBytes::Heap(b)) => a == b,
+            _ => false,
         }
     }
 }
@@ -112,26 +163,11 @@ impl std::fmt::Debug for Key {
     }
 }
 
-/// An in-line key as three words that order as its bytes do: the zero-padded bytes, then the
-/// length (where the padded bytes agree, the shorter key is a prefix of the other: it comes
-/// first, as in byte order).
-#[inline]
-fn inline_words(n: u8, b: &[u8; KEY_INLINE]) -> (u64, u64, u64) {
-    let mut last = [0u8; 8];
-    last[..7].copy_from_slice(&b[16..23]);
-    last[7] = n;
-    (
-        u64::from_be_bytes(b[..8].try_into().expect("8 bytes")),
-        u64::from_be_bytes(b[8..16].try_into().expect("8 bytes")),
-        u64::from_be_bytes(last),
-    )
-}
-
 impl Ord for Key {
     #[inline]
     fn cmp(&self, other: &Key) -> std::cmp::Ordering {
-        if let (KeyBytes::Inline(n, a), KeyBytes::Inline(m, b)) = (&self.0, &other.0) {
-            return inline_words(*n, a).cmp(&inline_words(*m, b));
+        if let (KeyBytes::Inline(a), KeyBytes::Inline(b)) = (&self.0, &other.0) {
+            return a.words().cmp(&b.words());
         }
         let (a, b) = (self.as_bytes(), other.as_bytes());
         let mut ca = a.chunks_exact(8);
@@ -680,14 +716,6 @@ impl<T> Slab<T> {
     }
 }
 
-/// The table's hash of a key's bytes (computed once per folded row).
-#[inline]
-fn hash_of(key: &[u8]) -> u32 {
-    use std::hash::BuildHasher;
-    let h = rustc_hash::FxBuildHasher.hash_one(key);
-    (h ^ (h >> 32)) as u32
-}
-
 /// An item's 32 hash bits as the table's 64 (a bijection: the bucket is a function of the low
 /// bits, the control byte of all of them); re-hashing an item reads no key.
 #[inline]
@@ -935,35 +963,39 @@ impl KeyOrder {
     fn merge(&mut self, held: usize) {
         self.sort_events();
         let mut out = Vec::with_capacity(held);
-        let mut keys = std::mem::take(&mut self.merged).into_iter().peekable();
-        let mut events = self.events.drain(..).peekable();
+        let (keys, events) = (&self.merged, &self.events);
+        let (mut i, mut j) = (0, 0);
         loop {
             // the least key left, and whether `merged` held it (or its first note)
-            let (key, mut count) = match (keys.peek(), events.peek()) {
+            let (key, mut count) = match (keys.get(i), events.get(j)) {
                 (None, None) => break,
-                (Some(k), Some((e, _))) if e < k => {
-                    let (e, d) = events.next().expect("peeked");
-                    (e, i64::from(d))
+                (Some(k), Some((e, d))) if e < k => {
+                    j += 1;
+                    (e, i64::from(*d))
                 }
-                (Some(_), _) => (keys.next().expect("peeked"), 1),
-                (None, Some(_)) => {
-                    let (e, d) = events.next().expect("peeked");
-                    (e, i64::from(d))
+                (Some(k), _) => {
+                    i += 1;
+                    (k, 1)
+                }
+                (None, Some((e, d))) => {
+                    j += 1;
+                    (e, i64::from(*d))
                 }
             };
-            while events.peek().is_some_and(|(e, _)| *e == key) {
-                count += i64::from(events.next().expect("peeked").1);
+            while events.get(j).is_some_and(|(e, _)| e == key) {
+                count += i64::from(events[j].1);
+                j += 1;
             }
             debug_assert!(
                 count == 0 || count == 1,
                 "key {key:?} noted {count} times held"
             );
             if count == 1 {
-                out.push(key);
+                out.push(key.clone());
             }
         }
-        drop(events);
         self.merged = out;
+        self.events.clear();
         self.events_sorted = 0;
         assert_eq!(
             self.merged.len(),
@@ -1084,7 +1116,7 @@ impl StateMap {
             m.row_bytes += e.row.len();
             m.held += 1;
             m.order.merged.push(key.clone());
-            let hash = hash_of(&key);
+            let hash = key.table_hash();
             let row = m.rows.put(e.row);
             let at = m.ents.insert(Ent {
                 key,
@@ -1101,9 +1133,9 @@ impl StateMap {
         tombstones.sort_by_key(|(_, at)| *at);
         for (key, at) in tombstones {
             assert!(at < position, "a removal is below the state's position");
-            let hash = hash_of(&key);
+            let hash = key.table_hash();
             let (ents, tombs) = (&m.ents, &m.tombs);
-            let is_key = |it: &Item| it.hash == hash && key_at(ents, tombs, it.at) == &*key;
+            let is_key = |it: &Item| it.hash == hash && *key_at(ents, tombs, it.at) == key;
             let t = match m.table.entry(spread(hash), is_key, |it| spread(it.hash)) {
                 hash_table::Entry::Occupied(o) => {
                     let t = o.get().at;
@@ -1147,8 +1179,8 @@ impl StateMap {
     }
 
     /// Where `key` is in the table ([`Item::at`]).
-    fn find(&self, key: &[u8]) -> Option<u32> {
-        let hash = hash_of(key);
+    fn find(&self, key: &Key) -> Option<u32> {
+        let hash = key.table_hash();
         let (ents, tombs) = (&self.ents, &self.tombs);
         self.table
             .find(spread(hash), |it| {
@@ -1241,9 +1273,10 @@ impl StateMap {
         ts_us: i64,
         row: &[u8],
     ) -> Applied {
-        let hash = hash_of(key);
+        let key = Key::from(key);
+        let hash = key.table_hash();
         let (ents, tombs) = (&self.ents, &self.tombs);
-        let is_key = |it: &Item| it.hash == hash && key_at(ents, tombs, it.at) == key;
+        let is_key = |it: &Item| it.hash == hash && *key_at(ents, tombs, it.at) == key;
         if removes {
             let Some(it) = self.table.find_mut(spread(hash), is_key) else {
                 return Applied::RemovedAbsent;
@@ -1301,7 +1334,6 @@ impl StateMap {
                 return Applied::Refused;
             }
             hash_table::Entry::Vacant(v) => {
-                let key = Key::from(key);
                 let note = self.order.came(key.clone());
                 // with no removal remembered, none a valid token could miss was forgotten
                 // either (forgetting one raises the changes floor past it): the key was absent
@@ -1343,7 +1375,7 @@ impl StateMap {
             if self.removal(at, t).is_some() {
                 let tomb = self.tombs.remove(t);
                 self.table
-                    .find_entry(spread(hash_of(&tomb.key)), |it| it.at == TOMB | t)
+                    .find_entry(spread(tomb.key.table_hash()), |it| it.at == TOMB | t)
                     .expect("a remembered removal")
                     .remove();
                 self.removed -= 1;
@@ -1474,7 +1506,7 @@ impl StateMap {
 
     /// The entity of `key`.
     pub fn get(&self, key: &[u8]) -> Option<Entry<'_>> {
-        self.find(key)
+        self.find(&Key::from(key))
             .filter(|at| at & TOMB == 0)
             .map(|at| self.entity(at).1)
     }
@@ -1482,11 +1514,11 @@ impl StateMap {
 
 /// The key of the table item at `at`.
 #[inline]
-fn key_at<'a>(ents: &'a Slab<Ent>, tombs: &'a Slab<Tomb>, at: u32) -> &'a [u8] {
+fn key_at<'a>(ents: &'a Slab<Ent>, tombs: &'a Slab<Tomb>, at: u32) -> &'a Key {
     if at & TOMB == 0 {
-        ents.get(at).key.as_bytes()
+        &ents.get(at).key
     } else {
-        tombs.get(at & !TOMB).key.as_bytes()
+        &tombs.get(at & !TOMB).key
     }
 }
 
