@@ -205,6 +205,9 @@ pub struct KeySpec {
     /// `"name":` for each of `wanted`, searched for in rows with no nested list or object
     /// ([`find_top`]); `None` when a name holds a byte the row codec escapes.
     needles: Option<Vec<Finder<'static>>>,
+    /// `remove_when`'s values as bytes, term by term, when they are all strings
+    /// ([`Filter::string_sets`]): a raw string value with no escape is compared with them.
+    remove_strs: Option<Vec<Vec<Box<[u8]>>>>,
 }
 
 /// Why a row has no key (it lacks a key column, or holds a value no key can take).
@@ -242,11 +245,20 @@ impl KeySpec {
                 })
                 .collect()
         });
+        let remove_strs = remove_when
+            .as_ref()
+            .and_then(Filter::string_sets)
+            .map(|sets| {
+                sets.iter()
+                    .map(|set| set.iter().map(|s| s.as_bytes().into()).collect())
+                    .collect()
+            });
         KeySpec {
             columns,
             remove_when,
             wanted,
             needles,
+            remove_strs,
         }
     }
 
@@ -404,12 +416,34 @@ impl KeySpec {
                 }
             }
         }
-        let removes = self
-            .remove_when
-            .as_ref()
-            .is_some_and(|f| f.matches_values(&found[self.columns.len()..n]));
+        let values = &found[self.columns.len()..n];
+        let removes = self.remove_when.as_ref().is_some_and(|f| {
+            self.remove_strs
+                .as_ref()
+                .and_then(|sets| strings_match(sets, values))
+                .unwrap_or_else(|| f.matches_values(values))
+        });
         Some(Ok(removes))
     }
+}
+
+/// Whether each raw value is a string among its term's `sets` (every value of every term a
+/// string: anything else fails the term), compared as bytes; `None` for a string holding an
+/// escape (the filter decodes it).
+fn strings_match(sets: &[Vec<Box<[u8]>>], values: &[Option<&[u8]>]) -> Option<bool> {
+    for (set, raw) in sets.iter().zip(values) {
+        let Some(raw) = raw.filter(|r| r.len() >= 2 && r[0] == b'"') else {
+            return Some(false);
+        };
+        let inner = &raw[1..raw.len() - 1];
+        if inner.contains(&b'\\') {
+            return None;
+        }
+        if !set.iter().any(|s| **s == *inner) {
+            return Some(false);
+        }
+    }
+    Some(true)
 }
 
 fn push_int(out: &mut Vec<u8>, i: i128) {
@@ -2193,7 +2227,7 @@ mod tests {
     fn the_quick_search_answers_as_the_scan_does() {
         let s = spec(&["k", "s"], Some(r#"{"a":["C","F"]}"#));
         let needles = s.needles.as_ref().expect("plain names");
-        let rows: [&[u8]; 7] = [
+        let rows: [&[u8]; 9] = [
             br#"{"x":1,"k":7,"s":"q","a":"C"}"#,
             // a name inside a string value, a nested object, a repeated name, a name missing
             br#"{"x":"\"k\":1","k":2,"s":"r","a":"A"}"#,
@@ -2202,6 +2236,9 @@ mod tests {
             br#"{"k":6,"s":"v"}"#,
             br#"{"xk":1,"k":8,"s":"","a":"C"}"#,
             br#"{"k":-9,"s":"w","a":null}"#,
+            // remove_when's value escaped (the filter decodes it), or not a string
+            br#"{"k":10,"s":"x","a":"\u0043"}"#,
+            br#"{"k":11,"s":"x","a":7}"#,
         ];
         for row in rows {
             let n = s.wanted.len();
