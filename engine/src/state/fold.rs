@@ -405,9 +405,18 @@ impl KeySpec {
                         // (`-0` too: the parser reads it as the number 0.0)
                         return no("a non-integer number");
                     }
-                    let m = digits
-                        .iter()
-                        .fold(0i128, |m, &d| m * 10 + i128::from(d - b'0'));
+                    // up to 19 digits fit a u64 (cheaper than i128 arithmetic)
+                    let m = if digits.len() <= 19 {
+                        i128::from(
+                            digits
+                                .iter()
+                                .fold(0u64, |m, &d| m * 10 + u64::from(d - b'0')),
+                        )
+                    } else {
+                        digits
+                            .iter()
+                            .fold(0i128, |m, &d| m * 10 + i128::from(d - b'0'))
+                    };
                     let i = if neg { -m } else { m };
                     if i < i128::from(i64::MIN) || i > i128::from(u64::MAX) {
                         return no("a non-integer number");
@@ -1278,6 +1287,7 @@ impl StateMap {
     }
 
     /// Folds the row at `offset`, which must be the state's position.
+    #[inline]
     pub fn apply(&mut self, spec: &KeySpec, offset: u64, ts_us: i64, row: &[u8]) -> Applied {
         assert_eq!(
             offset, self.position,
