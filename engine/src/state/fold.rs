@@ -48,7 +48,7 @@ impl Inline {
     /// The three words, in an order that is the bytes' order: the zero-padded bytes, then the
     /// length (where the padded bytes agree, the shorter key is a prefix of the other: it comes
     /// first, as in byte order).
-    #[inline]
+    #[inline(always)]
     fn words(&self) -> [u64; 3] {
         let w = |i: usize| u64::from_be_bytes(self.0[i..i + 8].try_into().expect("8 bytes"));
         [w(0), w(8), w(16)]
@@ -164,7 +164,7 @@ impl std::fmt::Debug for Key {
 }
 
 impl Ord for Key {
-    #[inline]
+    #[inline(always)]
     fn cmp(&self, other: &Key) -> std::cmp::Ordering {
         if let (KeyBytes::Inline(a), KeyBytes::Inline(b)) = (&self.0, &other.0) {
             return a.words().cmp(&b.words());
