@@ -75,7 +75,7 @@ pub fn encode(id: &Identity, state: &mut StateMap) -> std::io::Result<Vec<u8>> {
         buf.extend_from_slice(&e.version.to_le_bytes());
         buf.extend_from_slice(&e.ts_us.to_le_bytes());
         buf.extend_from_slice(&(e.row.len() as u32).to_le_bytes());
-        buf.extend_from_slice(&e.row);
+        buf.extend_from_slice(e.row);
         buf.extend_from_slice(&e.absent.0.to_le_bytes());
         buf.extend_from_slice(&e.absent.1.to_le_bytes());
     }

@@ -1696,7 +1696,7 @@ mod tests {
             by_version.iter().map(|e| e.version).collect::<Vec<_>>(),
             [3, 6]
         );
-        assert_eq!(&*by_version[0].row, rows[2]);
+        assert_eq!(by_version[0].row, rows[2]);
         assert_eq!(by_version[0].ts_us, 102);
         assert_eq!(m.row_bytes(), rows[2].len() + rows[5].len());
         assert!(!m.incomplete());
@@ -1713,7 +1713,7 @@ mod tests {
         let f = Filter::parse(r#"{"side":1}"#, Some(&any)).unwrap();
         let sel = m.selected_by_version(Some(&f));
         assert_eq!(sel.len(), 1, "A's latest row no longer matches");
-        assert_eq!(&*sel[0].row, br#"{"symbol":"B","side":1}"#);
+        assert_eq!(sel[0].row, br#"{"symbol":"B","side":1}"#);
     }
 
     #[test]
@@ -2069,7 +2069,8 @@ mod tests {
         assert!(m.rows.compactions >= 1, "the rows were compacted");
         assert_eq!(m.len(), held.len());
         // a checkpoint's view of it builds the same state back
-        let owned: Vec<(Key, u64, i64, Vec<u8>, (u64, u64))> = m
+        type Owned = (Key, u64, i64, Vec<u8>, (u64, u64));
+        let owned: Vec<Owned> = m
             .iter()
             .map(|(k, e)| (k.clone(), e.version, e.ts_us, e.row.to_vec(), e.absent))
             .collect();
