@@ -799,7 +799,8 @@ const COMPACT_MIN: usize = 4096;
 /// about twice the rows' bytes.
 #[derive(Debug, Clone)]
 struct Rows {
-    /// Each with capacity `PAGE` (never reallocated); chunks are taken from the end of the last.
+    /// Each filled up to `PAGE` bytes (allocated with that capacity); chunks are taken from the
+    /// end of the last.
     pages: Vec<Vec<u8>>,
     /// By class (capacity / GRAIN): free chunks (page, offset).
     free_chunks: Vec<Vec<(u32, u32)>>,
@@ -934,8 +935,14 @@ impl Rows {
 }
 
 /// Stale removals (their key came back) the by-offset queue may hold beyond the live ones
-/// before it is swept.
+/// before it is swept, at least: it is swept once the stale ones also outnumber the live ones
+/// (a sweep reads the whole queue: so each costs at most one read per stale item).
 const REMOVALS_STALE_MAX: usize = 1024;
+
+/// Stale removals the by-offset queue may hold next to `live` live ones.
+fn removals_stale_max(live: usize) -> usize {
+    live.max(REMOVALS_STALE_MAX)
+}
 
 /// Notes of keys that came or went, beyond which the fold merges them into the key order (and
 /// beyond a quarter of the merged keys: a merge costs the keys it holds).
@@ -1427,7 +1434,7 @@ impl StateMap {
                 self.changes_floor = self.changes_floor.max(at + 1);
             }
         }
-        if self.removals.len() > self.removed + REMOVALS_STALE_MAX {
+        if self.removals.len() > self.removed + removals_stale_max(self.removed) {
             let mut q = std::mem::take(&mut self.removals);
             q.retain(|&(at, t)| self.removal(at, t).is_some());
             self.removals = q;
@@ -2229,7 +2236,7 @@ mod tests {
             m.apply(&s, o + 1, 0, row(5, true).as_bytes());
             o += 2;
         }
-        assert!(m.removals.len() <= m.removed + REMOVALS_STALE_MAX + 1);
+        assert!(m.removals.len() <= m.removed + removals_stale_max(m.removed) + 1);
         assert_eq!(m.tombstones().count(), 2);
         assert_eq!(m.tombstones().last(), Some((&k(5), o - 1)));
     }
