@@ -361,6 +361,28 @@ impl Filter {
         self.terms.iter().map(|t| t.column.as_str())
     }
 
+    /// Each term's values (in [`Filter::columns`]' order) when every value of every term is a
+    /// string and the filter can match at all: a row then passes when each term's value is a
+    /// string equal to one of them (what [`Filter::matches`] says), which a caller holding the
+    /// raw values can compare as bytes.
+    pub fn string_sets(&self) -> Option<Vec<Vec<&str>>> {
+        if self.none {
+            return None;
+        }
+        self.terms
+            .iter()
+            .map(|t| {
+                t.any_of
+                    .iter()
+                    .map(|v| match v {
+                        Scalar::Str(s) => Some(s.as_str()),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
     /// Whether a row passes, given each term's value as raw canonical JSON (`values[i]` is the
     /// value of the `i`th of [`Filter::columns`]; `None`: the row lacks it) — the answer
     /// [`Filter::matches`] gives on the row, for a caller that has already found the values

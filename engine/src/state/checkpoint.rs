@@ -75,7 +75,7 @@ pub fn encode(id: &Identity, state: &mut StateMap) -> std::io::Result<Vec<u8>> {
         buf.extend_from_slice(&e.version.to_le_bytes());
         buf.extend_from_slice(&e.ts_us.to_le_bytes());
         buf.extend_from_slice(&(e.row.len() as u32).to_le_bytes());
-        buf.extend_from_slice(&e.row);
+        buf.extend_from_slice(e.row);
         buf.extend_from_slice(&e.absent.0.to_le_bytes());
         buf.extend_from_slice(&e.absent.1.to_le_bytes());
     }
@@ -176,7 +176,7 @@ pub fn read(dir: &Path, id: &Identity, max_keys: usize) -> Result<Option<StateMa
         let version = r.u64()?;
         let ts_us = r.u64()? as i64;
         let rlen = r.u32()? as usize;
-        let row = r.take(rlen)?.into();
+        let row = r.take(rlen)?;
         let absent = if with_absent {
             (r.u64()?, r.u64()?)
         } else {

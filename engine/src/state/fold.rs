@@ -34,16 +34,63 @@ pub const KEY_INLINE: usize = 23;
 
 #[derive(Clone)]
 enum KeyBytes {
-    Inline(u8, [u8; KEY_INLINE]),
+    Inline(Inline),
     Heap(Box<[u8]>),
+}
+
+/// Up to [`KEY_INLINE`] key bytes, zero-padded, then their count in the last byte; aligned,
+/// so that it reads (and compares, and moves) as three words.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(align(8))]
+struct Inline([u8; KEY_INLINE + 1]);
+
+impl Inline {
+    /// The three words, in an order that is the bytes' order: the zero-padded bytes, then the
+    /// length (where the padded bytes agree, the shorter key is a prefix of the other: it comes
+    /// first, as in byte order).
+    #[inline(always)]
+    fn words(&self) -> [u64; 3] {
+        let w = |i: usize| u64::from_be_bytes(self.0[i..i + 8].try_into().expect("8 bytes"));
+        [w(0), w(8), w(16)]
+    }
+
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        &self.0[..usize::from(self.0[KEY_INLINE])]
+    }
 }
 
 impl Key {
     /// The encoded bytes.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
         match &self.0 {
-            KeyBytes::Inline(n, b) => &b[..usize::from(*n)],
+            KeyBytes::Inline(a) => a.bytes(),
             KeyBytes::Heap(b) => b,
+        }
+    }
+
+    /// The table's hash of the key (a function of its bytes).
+    #[inline]
+    fn table_hash(&self) -> u32 {
+        match &self.0 {
+            KeyBytes::Inline(a) => {
+                let [x, y, z] = a.words();
+                // two folded multiplications (as foldhash does): every bit of every word
+                // reaches the high half
+                let m = |a: u64, b: u64| {
+                    let p = u128::from(a) * u128::from(b);
+                    (p as u64) ^ ((p >> 64) as u64)
+                };
+                let h = m(x ^ 0x243f_6a88_85a3_08d3, y ^ 0x1319_8a2e_0370_7344)
+                    ^ m(z ^ 0xa409_3822_299f_31d0, 0x082e_fa98_ec4e_6c89);
+                (h ^ (h >> 32)) as u32
+            }
+            KeyBytes::Heap(b) => {
+                use std::hash::BuildHasher;
+                let h = rustc_hash::FxBuildHasher.hash_one(&**b);
+                (h ^ (h >> 32)) as u32
+            }
         }
     }
 }
@@ -56,11 +103,13 @@ impl std::ops::Deref for Key {
 }
 
 impl From<&[u8]> for Key {
+    #[inline]
     fn from(b: &[u8]) -> Key {
         if b.len() <= KEY_INLINE {
-            let mut a = [0u8; KEY_INLINE];
+            let mut a = [0u8; KEY_INLINE + 1];
             a[..b.len()].copy_from_slice(b);
-            Key(KeyBytes::Inline(b.len() as u8, a))
+            a[KEY_INLINE] = b.len() as u8;
+            Key(KeyBytes::Inline(Inline(a)))
         } else {
             Key(KeyBytes::Heap(b.into()))
         }
@@ -90,8 +139,10 @@ impl PartialEq for Key {
     fn eq(&self, other: &Key) -> bool {
         match (&self.0, &other.0) {
             // in line, the bytes past the length are zero: equal arrays, equal bytes
-            (KeyBytes::Inline(n, a), KeyBytes::Inline(m, b)) => n == m && a == b,
-            _ => self.as_bytes() == other.as_bytes(),
+            (KeyBytes::Inline(a), KeyBytes::Inline(b)) => a == b,
+            // a key is in line exactly when it is short enough: never equal to one that is not
+            (KeyBytes::Heap(a), KeyBytes::Heap(b)) => a == b,
+            _ => false,
         }
     }
 }
@@ -112,26 +163,11 @@ impl std::fmt::Debug for Key {
     }
 }
 
-/// An in-line key as three words that order as its bytes do: the zero-padded bytes, then the
-/// length (where the padded bytes agree, the shorter key is a prefix of the other: it comes
-/// first, as in byte order).
-#[inline]
-fn inline_words(n: u8, b: &[u8; KEY_INLINE]) -> (u64, u64, u64) {
-    let mut last = [0u8; 8];
-    last[..7].copy_from_slice(&b[16..23]);
-    last[7] = n;
-    (
-        u64::from_be_bytes(b[..8].try_into().expect("8 bytes")),
-        u64::from_be_bytes(b[8..16].try_into().expect("8 bytes")),
-        u64::from_be_bytes(last),
-    )
-}
-
 impl Ord for Key {
-    #[inline]
+    #[inline(always)]
     fn cmp(&self, other: &Key) -> std::cmp::Ordering {
-        if let (KeyBytes::Inline(n, a), KeyBytes::Inline(m, b)) = (&self.0, &other.0) {
-            return inline_words(*n, a).cmp(&inline_words(*m, b));
+        if let (KeyBytes::Inline(a), KeyBytes::Inline(b)) = (&self.0, &other.0) {
+            return a.words().cmp(&b.words());
         }
         let (a, b) = (self.as_bytes(), other.as_bytes());
         let mut ca = a.chunks_exact(8);
@@ -169,6 +205,9 @@ pub struct KeySpec {
     /// `"name":` for each of `wanted`, searched for in rows with no nested list or object
     /// ([`find_top`]); `None` when a name holds a byte the row codec escapes.
     needles: Option<Vec<Finder<'static>>>,
+    /// `remove_when`'s values as bytes, term by term, when they are all strings
+    /// ([`Filter::string_sets`]): a raw string value with no escape is compared with them.
+    remove_strs: Option<Vec<Vec<Box<[u8]>>>>,
 }
 
 /// Why a row has no key (it lacks a key column, or holds a value no key can take).
@@ -206,11 +245,20 @@ impl KeySpec {
                 })
                 .collect()
         });
+        let remove_strs = remove_when
+            .as_ref()
+            .and_then(Filter::string_sets)
+            .map(|sets| {
+                sets.iter()
+                    .map(|set| set.iter().map(|s| s.as_bytes().into()).collect())
+                    .collect()
+            });
         KeySpec {
             columns,
             remove_when,
             wanted,
             needles,
+            remove_strs,
         }
     }
 
@@ -357,9 +405,18 @@ impl KeySpec {
                         // (`-0` too: the parser reads it as the number 0.0)
                         return no("a non-integer number");
                     }
-                    let m = digits
-                        .iter()
-                        .fold(0i128, |m, &d| m * 10 + i128::from(d - b'0'));
+                    // up to 19 digits fit a u64 (cheaper than i128 arithmetic)
+                    let m = if digits.len() <= 19 {
+                        i128::from(
+                            digits
+                                .iter()
+                                .fold(0u64, |m, &d| m * 10 + u64::from(d - b'0')),
+                        )
+                    } else {
+                        digits
+                            .iter()
+                            .fold(0i128, |m, &d| m * 10 + i128::from(d - b'0'))
+                    };
                     let i = if neg { -m } else { m };
                     if i < i128::from(i64::MIN) || i > i128::from(u64::MAX) {
                         return no("a non-integer number");
@@ -368,12 +425,34 @@ impl KeySpec {
                 }
             }
         }
-        let removes = self
-            .remove_when
-            .as_ref()
-            .is_some_and(|f| f.matches_values(&found[self.columns.len()..n]));
+        let values = &found[self.columns.len()..n];
+        let removes = self.remove_when.as_ref().is_some_and(|f| {
+            self.remove_strs
+                .as_ref()
+                .and_then(|sets| strings_match(sets, values))
+                .unwrap_or_else(|| f.matches_values(values))
+        });
         Some(Ok(removes))
     }
+}
+
+/// Whether each raw value is a string among its term's `sets` (every value of every term a
+/// string: anything else fails the term), compared as bytes; `None` for a string holding an
+/// escape (the filter decodes it).
+fn strings_match(sets: &[Vec<Box<[u8]>>], values: &[Option<&[u8]>]) -> Option<bool> {
+    for (set, raw) in sets.iter().zip(values) {
+        let Some(raw) = raw.filter(|r| r.len() >= 2 && r[0] == b'"') else {
+            return Some(false);
+        };
+        let inner = &raw[1..raw.len() - 1];
+        if inner.contains(&b'\\') {
+            return None;
+        }
+        if !set.iter().any(|s| **s == *inner) {
+            return Some(false);
+        }
+    }
+    Some(true)
 }
 
 fn push_int(out: &mut Vec<u8>, i: i128) {
@@ -521,16 +600,16 @@ fn skip_string(row: &[u8], mut i: usize) -> Option<usize> {
     }
 }
 
-/// One entity: its latest row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
+/// One entity: its latest row (a view of the state's storage).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry<'a> {
     /// The row's offset: the entity's version.
     pub version: u64,
     /// The commit's timestamp, µs since the epoch.
     pub ts_us: i64,
-    /// The row's stored bytes (the wire payload's third element). A later row of the same key
-    /// is copied into this buffer (no allocation unless it is longer).
-    pub row: Vec<u8>,
+    /// The row's stored bytes (the wire payload's third element), held in the state's row
+    /// pages: a later row of the same key is copied over it (in place when it fits).
+    pub row: &'a [u8],
     /// The key did not exist at any offset in `absent.0..absent.1` (the entity was created at
     /// `absent.1`, after a removal at `absent.0`, or with none remembered: `absent.0 == 0`),
     /// so a change token in `absent.0 + 1..=absent.1` was issued for a copy that cannot hold
@@ -559,16 +638,23 @@ pub enum Applied {
 /// The latest row per key, up to `position` (every row below it folded in).
 #[derive(Debug, Clone)]
 pub struct StateMap {
-    /// Every key's entity or remembered removal, by key: what the fold looks up (once) on
-    /// every row.
-    table: HashTable<Slot>,
-    /// Entities in `table`.
+    /// Every key's place, by key: its entity or its remembered removal, as an 8-byte item
+    /// (the fold probes it once on every row; small items keep the probes in cache).
+    table: HashTable<Item>,
+    /// The entities (the items' `at`).
+    ents: Slab<Ent>,
+    /// The remembered removals (tombstones; the items' `at` with [`TOMB`]), at most `max_keys`;
+    /// the oldest go first.
+    tombs: Slab<Tomb>,
+    /// The entities' row bytes.
+    rows: Rows,
+    /// Entities held.
     held: usize,
-    /// Removals in `table` (tombstones), at most `max_keys`; the oldest go first.
+    /// Removals remembered.
     removed: usize,
-    /// The removals by offset, oldest first; an item whose key came back (or went again
-    /// later) is stale and skipped (the table's slot tells).
-    removals: VecDeque<(u64, Key)>,
+    /// The removals by offset, oldest first, as (offset, tombstone): an item whose tombstone
+    /// no longer holds that offset (its key came back, or was forgotten) is stale and skipped.
+    removals: VecDeque<(u64, u32)>,
     /// The keys in key order (the collection's windows), put in order when a read needs it.
     order: KeyOrder,
     /// The offset of the next row to fold.
@@ -583,51 +669,280 @@ pub struct StateMap {
     changes_floor: u64,
     /// The key of the row being folded (reused: no allocation per row).
     scratch: Vec<u8>,
-    /// Row buffers of removed entities, for the next new keys (no allocation per new key
-    /// while removals keep up with them).
-    spare_rows: Vec<Vec<u8>>,
 }
 
-/// One key's place in the table: its entity, or the removal that took it (a tombstone).
+/// One key in the table: 32 bits of its hash (compared before any key is read) and where it
+/// is: `ents[at]`, or `tombs[at & !TOMB]` for a remembered removal.
+#[derive(Debug, Clone, Copy)]
+struct Item {
+    hash: u32,
+    at: u32,
+}
+
+/// The bit of [`Item::at`] that says "a removal" (slab indices stay below it: `max_keys` is
+/// at most 2^30).
+const TOMB: u32 = 1 << 31;
+
+/// An entity's key and everything but its row bytes (which are in [`Rows`]).
 #[derive(Debug, Clone)]
-struct Slot {
+struct Ent {
     key: Key,
-    held: Held,
+    version: u64,
+    ts_us: i64,
+    absent: (u64, u64),
+    row: RowLoc,
     /// Where the key's last "came" note was put in the key order's notes: if it is still
     /// there, the key going cancels it rather than adding one (a key that comes and goes
     /// between merges costs the merge nothing).
     note: u32,
 }
 
+/// A key removed (`remove_when`) by the row at `at`; remembered for `/changes`.
 #[derive(Debug, Clone)]
-enum Held {
-    /// The key's entity.
-    Entity(Entry),
-    /// The key was removed (`remove_when`) by the row at this offset; remembered for
-    /// `/changes`.
-    Removed(u64),
+struct Tomb {
+    key: Key,
+    at: u64,
 }
 
-/// The table's hash of a key's bytes (computed once per folded row).
+/// Items by a `u32` index; a freed index is reused by the next insert (the most recently freed
+/// first: it is likely still in cache).
+#[derive(Debug, Clone)]
+struct Slab<T> {
+    items: Vec<Option<T>>,
+    free: Vec<u32>,
+}
+
+impl<T> Slab<T> {
+    fn new() -> Slab<T> {
+        Slab {
+            items: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    fn insert(&mut self, t: T) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.items[i as usize] = Some(t);
+                i
+            }
+            None => {
+                let i = u32::try_from(self.items.len())
+                    .ok()
+                    .filter(|&i| i < TOMB)
+                    .expect("fewer than 2^31 items");
+                self.items.push(Some(t));
+                i
+            }
+        }
+    }
+
+    fn remove(&mut self, i: u32) -> T {
+        let t = self.items[i as usize].take().expect("a held slot");
+        self.free.push(i);
+        t
+    }
+
+    #[inline]
+    fn get(&self, i: u32) -> &T {
+        self.items[i as usize].as_ref().expect("a held slot")
+    }
+
+    #[inline]
+    fn get_mut(&mut self, i: u32) -> &mut T {
+        self.items[i as usize].as_mut().expect("a held slot")
+    }
+
+    /// The item at `i`, if any.
+    fn holds(&self, i: u32) -> Option<&T> {
+        self.items.get(i as usize).and_then(Option::as_ref)
+    }
+}
+
+/// An item's 32 hash bits as the table's 64 (a bijection: the bucket is a function of the low
+/// bits, the control byte of all of them); re-hashing an item reads no key.
 #[inline]
-fn hash_of(key: &[u8]) -> u64 {
-    use std::hash::BuildHasher;
-    rustc_hash::FxBuildHasher.hash_one(key)
+fn spread(hash: u32) -> u64 {
+    u64::from(hash).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
-fn find<'a>(table: &'a HashTable<Slot>, key: &[u8]) -> Option<&'a Slot> {
-    table.find(hash_of(key), |s| s.key.as_bytes() == key)
+/// Where a row's bytes are: `len` bytes at `off` in page `page`, in a chunk of `cap` bytes; or,
+/// with `page == BIG`, the buffer `big[off]` of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RowLoc {
+    page: u32,
+    off: u32,
+    len: u32,
+    cap: u32,
 }
 
-/// Row buffers of removed entities kept for the next new keys, at most (each of at most
-/// [`SPARE_ROW_CAPACITY_MAX`] bytes: ≤ 4 MiB in all).
-const SPARE_ROWS_MAX: usize = 1024;
-/// A removed entity's buffer larger than this is freed, not kept.
-const SPARE_ROW_CAPACITY_MAX: usize = 4096;
+/// [`RowLoc::page`] of a row in a buffer of its own.
+const BIG: u32 = u32::MAX;
+/// A row page's bytes.
+const PAGE: usize = 64 * 1024;
+/// Chunk capacities are multiples of it.
+const GRAIN: usize = 32;
+/// Rows longer than this have a buffer of their own.
+const ARENA_ROW_MAX: usize = 2048;
+/// Capacity on the free lists beyond which (and beyond the capacity in use) the rows are
+/// compacted into fresh pages.
+#[cfg(not(test))]
+const COMPACT_MIN: usize = 1 << 20;
+#[cfg(test)]
+const COMPACT_MIN: usize = 4096;
+
+/// The entities' row bytes, in pages of [`PAGE`] bytes (a few allocations, not one per key):
+/// each row in a chunk of a multiple of [`GRAIN`] bytes; a removed or outgrown row's chunk goes
+/// on the free list of its capacity, for the next row that fits it (or fits one grain less).
+/// The free lists hold at most the capacity in use (and [`COMPACT_MIN`]): beyond, the state
+/// copies its rows into fresh pages ([`StateMap::compact_rows`]), so the pages hold at most
+/// about twice the rows' bytes.
+#[derive(Debug, Clone)]
+struct Rows {
+    /// Each filled up to `PAGE` bytes (allocated with that capacity); chunks are taken from the
+    /// end of the last.
+    pages: Vec<Vec<u8>>,
+    /// By class (capacity / GRAIN): free chunks (page, offset).
+    free_chunks: Vec<Vec<(u32, u32)>>,
+    /// Rows over `ARENA_ROW_MAX`.
+    big: Slab<Vec<u8>>,
+    /// Capacity of the chunks in use.
+    used: usize,
+    /// Capacity of the chunks on the free lists.
+    idle: usize,
+    /// Compactions so far (for the tests).
+    compactions: u64,
+}
+
+impl Rows {
+    fn new() -> Rows {
+        Rows {
+            pages: Vec::new(),
+            free_chunks: vec![Vec::new(); ARENA_ROW_MAX / GRAIN + 1],
+            big: Slab::new(),
+            used: 0,
+            idle: 0,
+            compactions: 0,
+        }
+    }
+
+    #[inline]
+    fn get(&self, l: RowLoc) -> &[u8] {
+        if l.page == BIG {
+            self.big.get(l.off)
+        } else {
+            let off = l.off as usize;
+            &self.pages[l.page as usize][off..off + l.len as usize]
+        }
+    }
+
+    /// A chunk holding `row`.
+    fn put(&mut self, row: &[u8]) -> RowLoc {
+        let len = row.len();
+        if len > ARENA_ROW_MAX {
+            let off = self.big.insert(row.to_vec());
+            return RowLoc {
+                page: BIG,
+                off,
+                len: len as u32,
+                cap: 0,
+            };
+        }
+        let class = len.div_ceil(GRAIN).max(1);
+        // a free chunk of its capacity, or of one grain more
+        for c in [class, class + 1] {
+            if let Some((page, off)) = self.free_chunks.get_mut(c).and_then(Vec::pop) {
+                let cap = c * GRAIN;
+                self.idle -= cap;
+                self.used += cap;
+                let at = off as usize;
+                self.pages[page as usize][at..at + len].copy_from_slice(row);
+                return RowLoc {
+                    page,
+                    off,
+                    len: len as u32,
+                    cap: cap as u32,
+                };
+            }
+        }
+        let cap = class * GRAIN;
+        if self.pages.last().is_none_or(|p| p.len() + cap > PAGE) {
+            self.new_page();
+        }
+        let page = self.pages.len() - 1;
+        let p = &mut self.pages[page];
+        let off = p.len();
+        p.extend_from_slice(row);
+        p.resize(off + cap, 0);
+        self.used += cap;
+        RowLoc {
+            page: u32::try_from(page).expect("fewer than 2^32 pages"),
+            off: off as u32,
+            len: len as u32,
+            cap: cap as u32,
+        }
+    }
+
+    /// Starts a page; the last one's tail (too short for the chunk wanted) goes on a free list.
+    fn new_page(&mut self) {
+        if let Some(p) = self.pages.last_mut() {
+            let (off, tail) = (p.len(), PAGE - p.len());
+            if tail >= GRAIN {
+                p.resize(PAGE, 0);
+                // shorter than the chunk that did not fit (≤ ARENA_ROW_MAX), a multiple of GRAIN
+                self.free_chunks[tail / GRAIN].push((self.pages.len() as u32 - 1, off as u32));
+                self.idle += tail;
+            }
+        }
+        self.pages.push(Vec::with_capacity(PAGE));
+    }
+
+    /// `row` into `l`'s chunk when it fits, else into another (and `l`'s freed).
+    #[inline]
+    fn set(&mut self, l: &mut RowLoc, row: &[u8]) {
+        if l.page != BIG && row.len() <= l.cap as usize {
+            let at = l.off as usize;
+            self.pages[l.page as usize][at..at + row.len()].copy_from_slice(row);
+            l.len = row.len() as u32;
+        } else if l.page == BIG && row.len() > ARENA_ROW_MAX {
+            let b = self.big.get_mut(l.off);
+            b.clear();
+            b.extend_from_slice(row);
+            l.len = row.len() as u32;
+        } else {
+            let old = *l;
+            *l = self.put(row);
+            self.free(old);
+        }
+    }
+
+    /// Frees `l`'s chunk.
+    fn free(&mut self, l: RowLoc) {
+        if l.page == BIG {
+            self.big.remove(l.off);
+        } else {
+            let cap = l.cap as usize;
+            self.free_chunks[cap / GRAIN].push((l.page, l.off));
+            self.used -= cap;
+            self.idle += cap;
+        }
+    }
+
+    /// Whether the free lists hold more than the chunks in use (and `COMPACT_MIN`).
+    fn wants_compaction(&self) -> bool {
+        self.idle > self.used.max(COMPACT_MIN)
+    }
+}
 
 /// Stale removals (their key came back) the by-offset queue may hold beyond the live ones
-/// before it is swept.
+/// before it is swept, at least: it is swept once the stale ones also outnumber the live ones
+/// (a sweep reads the whole queue: so each costs at most one read per stale item).
 const REMOVALS_STALE_MAX: usize = 1024;
+
+/// Stale removals the by-offset queue may hold next to `live` live ones.
+fn removals_stale_max(live: usize) -> usize {
+    live.max(REMOVALS_STALE_MAX)
+}
 
 /// Notes of keys that came or went, beyond which the fold merges them into the key order (and
 /// beyond a quarter of the merged keys: a merge costs the keys it holds).
@@ -698,35 +1013,39 @@ impl KeyOrder {
     fn merge(&mut self, held: usize) {
         self.sort_events();
         let mut out = Vec::with_capacity(held);
-        let mut keys = std::mem::take(&mut self.merged).into_iter().peekable();
-        let mut events = self.events.drain(..).peekable();
+        let (keys, events) = (&self.merged, &self.events);
+        let (mut i, mut j) = (0, 0);
         loop {
             // the least key left, and whether `merged` held it (or its first note)
-            let (key, mut count) = match (keys.peek(), events.peek()) {
+            let (key, mut count) = match (keys.get(i), events.get(j)) {
                 (None, None) => break,
-                (Some(k), Some((e, _))) if e < k => {
-                    let (e, d) = events.next().expect("peeked");
-                    (e, i64::from(d))
+                (Some(k), Some((e, d))) if e < k => {
+                    j += 1;
+                    (e, i64::from(*d))
                 }
-                (Some(_), _) => (keys.next().expect("peeked"), 1),
-                (None, Some(_)) => {
-                    let (e, d) = events.next().expect("peeked");
-                    (e, i64::from(d))
+                (Some(k), _) => {
+                    i += 1;
+                    (k, 1)
+                }
+                (None, Some((e, d))) => {
+                    j += 1;
+                    (e, i64::from(*d))
                 }
             };
-            while events.peek().is_some_and(|(e, _)| *e == key) {
-                count += i64::from(events.next().expect("peeked").1);
+            while events.get(j).is_some_and(|(e, _)| e == key) {
+                count += i64::from(events[j].1);
+                j += 1;
             }
             debug_assert!(
                 count == 0 || count == 1,
                 "key {key:?} noted {count} times held"
             );
             if count == 1 {
-                out.push(key);
+                out.push(key.clone());
             }
         }
-        drop(events);
         self.merged = out;
+        self.events.clear();
         self.events_sorted = 0;
         assert_eq!(
             self.merged.len(),
@@ -735,9 +1054,9 @@ impl KeyOrder {
         );
     }
 
-    /// The keys after `after` (from the first without it) that `table` holds as entities, in
+    /// The keys after `after` (from the first without it) that `map` holds as entities, in
     /// key order; the notes must be sorted ([`KeyOrder::sort_events`]).
-    fn walk<'a>(&'a self, table: &'a HashTable<Slot>, after: Option<&[u8]>) -> InOrder<'a> {
+    fn walk<'a>(&'a self, map: &'a StateMap, after: Option<&[u8]>) -> InOrder<'a> {
         assert_eq!(
             self.events_sorted,
             self.events.len(),
@@ -754,24 +1073,24 @@ impl KeyOrder {
             merged: self.merged[m..].iter().peekable(),
             events: self.events[e..].iter().peekable(),
             last: None,
-            table,
+            map,
         }
     }
 }
 
 /// The entities in key order: the merged keys and the notes walked side by side, each key
-/// once, those the table holds as entities.
+/// once, those the state holds as entities.
 struct InOrder<'a> {
     merged: std::iter::Peekable<std::slice::Iter<'a, Key>>,
     events: std::iter::Peekable<std::slice::Iter<'a, (Key, i8)>>,
     last: Option<&'a Key>,
-    table: &'a HashTable<Slot>,
+    map: &'a StateMap,
 }
 
 impl<'a> Iterator for InOrder<'a> {
-    type Item = (&'a Key, &'a Entry);
+    type Item = (&'a Key, Entry<'a>);
 
-    fn next(&mut self) -> Option<(&'a Key, &'a Entry)> {
+    fn next(&mut self) -> Option<(&'a Key, Entry<'a>)> {
         loop {
             if self.events.peek().is_some_and(|(_, d)| *d == 0) {
                 self.events.next();
@@ -788,13 +1107,8 @@ impl<'a> Iterator for InOrder<'a> {
                 continue;
             }
             self.last = Some(key);
-            if let Some(Slot {
-                key,
-                held: Held::Entity(e),
-                ..
-            }) = find(self.table, key)
-            {
-                return Some((key, e));
+            if let Some(at) = self.map.find(key).filter(|at| at & TOMB == 0) {
+                return Some(self.map.entity(at));
             }
         }
     }
@@ -804,8 +1118,12 @@ impl StateMap {
     /// An empty state whose first row will be `position`.
     pub fn new(position: u64, max_keys: usize) -> StateMap {
         assert!(max_keys >= 1, "max_keys is at least 1");
+        assert!(max_keys < TOMB as usize / 2, "max_keys is at most 2^30");
         StateMap {
             table: HashTable::new(),
+            ents: Slab::new(),
+            tombs: Slab::new(),
+            rows: Rows::new(),
             held: 0,
             removed: 0,
             removals: VecDeque::new(),
@@ -816,7 +1134,6 @@ impl StateMap {
             row_bytes: 0,
             changes_floor: position,
             scratch: Vec::with_capacity(32),
-            spare_rows: Vec::new(),
         }
     }
 
@@ -826,7 +1143,7 @@ impl StateMap {
     pub fn from_checkpoint(
         position: u64,
         max_keys: usize,
-        entries: BTreeMap<Key, Entry>,
+        entries: BTreeMap<Key, Entry<'_>>,
         mut tombstones: Vec<(Key, u64)>,
         changes_floor: u64,
     ) -> StateMap {
@@ -839,7 +1156,7 @@ impl StateMap {
         // a checkpoint taken under a larger max_keys: more entities than allowed now
         m.incomplete = entries.len() > max_keys;
         m.table
-            .reserve(entries.len() + tombstones.len(), |s| hash_of(&s.key));
+            .reserve(entries.len() + tombstones.len(), |it| spread(it.hash));
         m.order.merged.reserve(entries.len());
         for (key, e) in entries {
             assert!(
@@ -849,37 +1166,46 @@ impl StateMap {
             m.row_bytes += e.row.len();
             m.held += 1;
             m.order.merged.push(key.clone());
-            m.table.insert_unique(
-                hash_of(&key),
-                Slot {
-                    key,
-                    held: Held::Entity(e),
-                    note: u32::MAX,
-                },
-                |s| hash_of(&s.key),
-            );
+            let hash = key.table_hash();
+            let row = m.rows.put(e.row);
+            let at = m.ents.insert(Ent {
+                key,
+                version: e.version,
+                ts_us: e.ts_us,
+                absent: e.absent,
+                row,
+                note: u32::MAX,
+            });
+            m.table
+                .insert_unique(spread(hash), Item { hash, at }, |it| spread(it.hash));
         }
         // oldest first, as they are forgotten
         tombstones.sort_by_key(|(_, at)| *at);
         for (key, at) in tombstones {
             assert!(at < position, "a removal is below the state's position");
-            let h = hash_of(&key);
-            match m.table.entry(h, |s| s.key == key, |s| hash_of(&s.key)) {
-                hash_table::Entry::Occupied(mut o) => match &mut o.get_mut().held {
-                    Held::Entity(_) => panic!("a checkpoint's key is held or removed, not both"),
+            let hash = key.table_hash();
+            let (ents, tombs) = (&m.ents, &m.tombs);
+            let is_key = |it: &Item| it.hash == hash && *key_at(ents, tombs, it.at) == key;
+            let t = match m.table.entry(spread(hash), is_key, |it| spread(it.hash)) {
+                hash_table::Entry::Occupied(o) => {
+                    let t = o.get().at;
+                    assert!(
+                        t & TOMB != 0,
+                        "a checkpoint's key is held or removed, not both"
+                    );
                     // the same key removed twice: the later removal is the one remembered
-                    Held::Removed(was) => *was = at,
-                },
-                hash_table::Entry::Vacant(v) => {
-                    v.insert(Slot {
-                        key: key.clone(),
-                        held: Held::Removed(at),
-                        note: u32::MAX,
-                    });
-                    m.removed += 1;
+                    let t = t & !TOMB;
+                    m.tombs.get_mut(t).at = at;
+                    t
                 }
-            }
-            m.removals.push_back((at, key));
+                hash_table::Entry::Vacant(v) => {
+                    let t = m.tombs.insert(Tomb { key, at });
+                    v.insert(Item { hash, at: TOMB | t });
+                    m.removed += 1;
+                    t
+                }
+            };
+            m.removals.push_back((at, t));
             m.forget_removals();
         }
         m
@@ -889,13 +1215,43 @@ impl StateMap {
     pub fn tombstones(&self) -> impl Iterator<Item = (&Key, u64)> {
         self.removals
             .iter()
-            .filter(|(at, k)| self.is_removal(*at, k))
-            .map(|(at, k)| (k, *at))
+            .filter_map(|&(at, t)| self.removal(at, t).map(|k| (k, at)))
     }
 
-    /// Whether the table remembers `key` as removed at `at` (a queued removal is not stale).
-    fn is_removal(&self, at: u64, key: &[u8]) -> bool {
-        matches!(find(&self.table, key), Some(Slot { held: Held::Removed(a), .. }) if *a == at)
+    /// The key of the removal at `at` if tombstone `t` still remembers it (a queued removal is
+    /// not stale).
+    #[inline]
+    fn removal(&self, at: u64, t: u32) -> Option<&Key> {
+        self.tombs
+            .holds(t)
+            .filter(|tomb| tomb.at == at)
+            .map(|tomb| &tomb.key)
+    }
+
+    /// Where `key` is in the table ([`Item::at`]).
+    fn find(&self, key: &Key) -> Option<u32> {
+        let hash = key.table_hash();
+        let (ents, tombs) = (&self.ents, &self.tombs);
+        self.table
+            .find(spread(hash), |it| {
+                it.hash == hash && key_at(ents, tombs, it.at) == key
+            })
+            .map(|it| it.at)
+    }
+
+    /// The entity `ents[at]`.
+    #[inline]
+    fn entity(&self, at: u32) -> (&Key, Entry<'_>) {
+        let e = self.ents.get(at);
+        (
+            &e.key,
+            Entry {
+                version: e.version,
+                ts_us: e.ts_us,
+                row: self.rows.get(e.row),
+                absent: e.absent,
+            },
+        )
     }
 
     /// The offset of the next row to fold.
@@ -938,6 +1294,7 @@ impl StateMap {
     }
 
     /// Folds the row at `offset`, which must be the state's position.
+    #[inline]
     pub fn apply(&mut self, spec: &KeySpec, offset: u64, ts_us: i64, row: &[u8]) -> Applied {
         assert_eq!(
             offset, self.position,
@@ -953,6 +1310,9 @@ impl StateMap {
         if self.order.due() {
             self.order.merge(self.held);
         }
+        if self.rows.wants_compaction() {
+            self.compact_rows();
+        }
         applied
     }
 
@@ -964,87 +1324,80 @@ impl StateMap {
         ts_us: i64,
         row: &[u8],
     ) -> Applied {
-        let hash = hash_of(key);
-        let is_key = |s: &Slot| s.key.as_bytes() == key;
+        let key = Key::from(key);
+        let hash = key.table_hash();
+        let (ents, tombs) = (&self.ents, &self.tombs);
+        let is_key = |it: &Item| it.hash == hash && *key_at(ents, tombs, it.at) == key;
         if removes {
-            let Some(slot) = self.table.find_mut(hash, is_key) else {
+            let Some(it) = self.table.find_mut(spread(hash), is_key) else {
                 return Applied::RemovedAbsent;
             };
-            let Held::Entity(e) = &mut slot.held else {
+            if it.at & TOMB != 0 {
                 return Applied::RemovedAbsent;
-            };
-            let mut buf = std::mem::take(&mut e.row);
-            slot.held = Held::Removed(offset);
-            let key = slot.key.clone();
-            let note = slot.note;
-            self.row_bytes -= buf.len();
-            buf.clear();
-            self.held -= 1;
-            self.removed += 1;
-            if buf.capacity() <= SPARE_ROW_CAPACITY_MAX && self.spare_rows.len() < SPARE_ROWS_MAX {
-                self.spare_rows.push(buf);
             }
-            self.order.went(&key, note);
-            self.removals.push_back((offset, key));
+            let e = self.ents.remove(it.at);
+            self.row_bytes -= e.row.len as usize;
+            self.rows.free(e.row);
+            self.held -= 1;
+            self.order.went(&e.key, e.note);
+            let t = self.tombs.insert(Tomb {
+                key: e.key,
+                at: offset,
+            });
+            it.at = TOMB | t;
+            self.removed += 1;
+            self.removals.push_back((offset, t));
             self.forget_removals();
             return Applied::Removed;
         }
         let full = self.held >= self.max_keys;
-        match self.table.entry(hash, is_key, |s| hash_of(&s.key)) {
+        match self.table.entry(spread(hash), is_key, |it| spread(it.hash)) {
             hash_table::Entry::Occupied(mut o) => {
-                let slot = o.get_mut();
-                match &mut slot.held {
-                    Held::Entity(e) => {
-                        self.row_bytes = self.row_bytes - e.row.len() + row.len();
-                        e.version = offset;
-                        e.ts_us = ts_us;
-                        // in place: no allocation unless the row is longer than any before
-                        e.row.clear();
-                        e.row.extend_from_slice(row);
-                        return Applied::Updated;
-                    }
-                    Held::Removed(_) if full => {
-                        self.incomplete = true;
-                        return Applied::Refused;
-                    }
-                    Held::Removed(at) => {
-                        // the key comes back: its queued removal is stale from now on
-                        let at = *at;
-                        let mut buf = self.spare_rows.pop().unwrap_or_default();
-                        buf.extend_from_slice(row);
-                        slot.held = Held::Entity(Entry {
-                            version: offset,
-                            ts_us,
-                            row: buf,
-                            absent: (at, offset),
-                        });
-                        self.removed -= 1;
-                        slot.note = self.order.came(slot.key.clone());
-                    }
+                let it = o.get_mut();
+                if it.at & TOMB == 0 {
+                    let e = self.ents.get_mut(it.at);
+                    self.row_bytes = self.row_bytes - e.row.len as usize + row.len();
+                    e.version = offset;
+                    e.ts_us = ts_us;
+                    // in place when it fits its chunk
+                    self.rows.set(&mut e.row, row);
+                    return Applied::Updated;
                 }
+                if full {
+                    self.incomplete = true;
+                    return Applied::Refused;
+                }
+                // the key comes back: its queued removal is stale from now on
+                let Tomb { key, at } = self.tombs.remove(it.at & !TOMB);
+                self.removed -= 1;
+                let note = self.order.came(key.clone());
+                it.at = self.ents.insert(Ent {
+                    key,
+                    version: offset,
+                    ts_us,
+                    absent: (at, offset),
+                    row: self.rows.put(row),
+                    note,
+                });
             }
             hash_table::Entry::Vacant(_) if full => {
                 self.incomplete = true;
                 return Applied::Refused;
             }
             hash_table::Entry::Vacant(v) => {
-                let mut buf = self.spare_rows.pop().unwrap_or_default();
-                buf.extend_from_slice(row);
-                let key = Key::from(key);
                 let note = self.order.came(key.clone());
                 // with no removal remembered, none a valid token could miss was forgotten
                 // either (forgetting one raises the changes floor past it): the key was absent
                 // since before any token still answered
-                v.insert(Slot {
+                let at = self.ents.insert(Ent {
                     key,
-                    held: Held::Entity(Entry {
-                        version: offset,
-                        ts_us,
-                        row: buf,
-                        absent: (0, offset),
-                    }),
+                    version: offset,
+                    ts_us,
+                    absent: (0, offset),
+                    row: self.rows.put(row),
                     note,
                 });
+                v.insert(Item { hash, at });
             }
         }
         self.held += 1;
@@ -1053,16 +1406,27 @@ impl StateMap {
         Applied::Inserted
     }
 
+    /// Copies the entities' rows into fresh pages, leaving the free chunks behind.
+    fn compact_rows(&mut self) {
+        let mut fresh = Rows::new();
+        fresh.compactions = self.rows.compactions + 1;
+        for e in self.ents.items.iter_mut().flatten() {
+            e.row = fresh.put(self.rows.get(e.row));
+        }
+        self.rows = fresh;
+    }
+
     /// Forgets the oldest removals beyond `max_keys`, and sweeps stale ones out of the queue.
     fn forget_removals(&mut self) {
         while self.removed > self.max_keys {
-            let (at, key) = self
+            let (at, t) = self
                 .removals
                 .pop_front()
                 .expect("a queued removal for every remembered one");
-            if self.is_removal(at, &key) {
+            if self.removal(at, t).is_some() {
+                let tomb = self.tombs.remove(t);
                 self.table
-                    .find_entry(hash_of(&key), |s| s.key == key)
+                    .find_entry(spread(tomb.key.table_hash()), |it| it.at == TOMB | t)
                     .expect("a remembered removal")
                     .remove();
                 self.removed -= 1;
@@ -1070,9 +1434,9 @@ impl StateMap {
                 self.changes_floor = self.changes_floor.max(at + 1);
             }
         }
-        if self.removals.len() > self.removed + REMOVALS_STALE_MAX {
+        if self.removals.len() > self.removed + removals_stale_max(self.removed) {
             let mut q = std::mem::take(&mut self.removals);
-            q.retain(|(at, k)| self.is_removal(*at, k));
+            q.retain(|&(at, t)| self.removal(at, t).is_some());
             self.removals = q;
         }
         debug_assert!(self.removals.len() >= self.removed);
@@ -1092,14 +1456,14 @@ impl StateMap {
         after: Option<&[u8]>,
         limit: usize,
         bytes_max: usize,
-    ) -> (Vec<(&Key, &Entry)>, bool) {
+    ) -> (Vec<(&Key, Entry<'_>)>, bool) {
         self.order.sort_events();
         let mut out = Vec::new();
         let mut bytes = 0usize;
         let mut it = self
             .order
-            .walk(&self.table, after)
-            .filter(|(_, e)| filter.is_none_or(|f| f.matches(&e.row)));
+            .walk(self, after)
+            .filter(|(_, e)| filter.is_none_or(|f| f.matches(e.row)));
         for (k, e) in it.by_ref() {
             out.push((k, e));
             bytes += e.row.len();
@@ -1128,7 +1492,7 @@ impl StateMap {
             .entities()
             .filter(|(_, e)| e.version >= since)
             .filter_map(|(k, e)| {
-                if filter.is_none_or(|f| f.matches(&e.row)) {
+                if filter.is_none_or(|f| f.matches(e.row)) {
                     Some(Change::Upsert(k, e))
                 } else if e.absent.0 < since && since <= e.absent.1 {
                     // created since the token: the reader's copy never held it
@@ -1143,8 +1507,7 @@ impl StateMap {
         out.extend(
             self.removals
                 .range(first..)
-                .filter(|(at, k)| self.is_removal(*at, k))
-                .map(|(at, k)| Change::Removed(k, *at)),
+                .filter_map(|&(at, t)| self.removal(at, t).map(|k| Change::Removed(k, at))),
         );
         out.sort_unstable_by_key(Change::offset);
         if out.len() > limit {
@@ -1156,40 +1519,57 @@ impl StateMap {
     }
 
     /// The entities in no particular order.
-    fn entities(&self) -> impl Iterator<Item = (&Key, &Entry)> {
-        self.table.iter().filter_map(|s| match &s.held {
-            Held::Entity(e) => Some((&s.key, e)),
-            Held::Removed(_) => None,
+    fn entities(&self) -> impl Iterator<Item = (&Key, Entry<'_>)> {
+        self.ents.items.iter().flatten().map(|e| {
+            (
+                &e.key,
+                Entry {
+                    version: e.version,
+                    ts_us: e.ts_us,
+                    row: self.rows.get(e.row),
+                    absent: e.absent,
+                },
+            )
         })
     }
 
     /// The entities whose row passes `filter`, in version (offset) order.
-    pub fn selected_by_version(&self, filter: Option<&Filter>) -> Vec<&Entry> {
-        // sorted by the version held beside each reference: comparing never reads an entry
-        let mut v: Vec<(u64, &Entry)> = self
-            .entities()
-            .filter(|(_, e)| filter.is_none_or(|f| f.matches(&e.row)))
-            .map(|(_, e)| (e.version, e))
+    pub fn selected_by_version(&self, filter: Option<&Filter>) -> Vec<Entry<'_>> {
+        // sorted by the version held beside each index: comparing never reads an entity
+        let mut v: Vec<(u64, u32)> = self
+            .ents
+            .items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
+            .filter(|(_, e)| filter.is_none_or(|f| f.matches(self.rows.get(e.row))))
+            .map(|(i, e)| (e.version, i as u32))
             .collect();
         v.sort_unstable_by_key(|(version, _)| *version);
-        v.into_iter().map(|(_, e)| e).collect()
+        v.into_iter().map(|(_, at)| self.entity(at).1).collect()
     }
 
     /// Every entity in key order (the key order is put in order first, hence `&mut`).
-    pub fn iter(&mut self) -> impl Iterator<Item = (&Key, &Entry)> {
+    pub fn iter(&mut self) -> impl Iterator<Item = (&Key, Entry<'_>)> {
         self.order.sort_events();
-        self.order.walk(&self.table, None)
+        self.order.walk(self, None)
     }
 
     /// The entity of `key`.
-    pub fn get(&self, key: &[u8]) -> Option<&Entry> {
-        match find(&self.table, key) {
-            Some(Slot {
-                held: Held::Entity(e),
-                ..
-            }) => Some(e),
-            _ => None,
-        }
+    pub fn get(&self, key: &[u8]) -> Option<Entry<'_>> {
+        self.find(&Key::from(key))
+            .filter(|at| at & TOMB == 0)
+            .map(|at| self.entity(at).1)
+    }
+}
+
+/// The key of the table item at `at`.
+#[inline]
+fn key_at<'a>(ents: &'a Slab<Ent>, tombs: &'a Slab<Tomb>, at: u32) -> &'a Key {
+    if at & TOMB == 0 {
+        &ents.get(at).key
+    } else {
+        &tombs.get(at & !TOMB).key
     }
 }
 
@@ -1197,7 +1577,7 @@ impl StateMap {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change<'a> {
     /// The key's latest row is in the selection.
-    Upsert(&'a Key, &'a Entry),
+    Upsert(&'a Key, Entry<'a>),
     /// The key's latest row (at this version) is no longer in the selection.
     Left(&'a Key, u64),
     /// The key was removed (`remove_when`) by the row at this offset.
@@ -1323,7 +1703,7 @@ mod tests {
             by_version.iter().map(|e| e.version).collect::<Vec<_>>(),
             [3, 6]
         );
-        assert_eq!(&*by_version[0].row, rows[2]);
+        assert_eq!(by_version[0].row, rows[2]);
         assert_eq!(by_version[0].ts_us, 102);
         assert_eq!(m.row_bytes(), rows[2].len() + rows[5].len());
         assert!(!m.incomplete());
@@ -1340,7 +1720,7 @@ mod tests {
         let f = Filter::parse(r#"{"side":1}"#, Some(&any)).unwrap();
         let sel = m.selected_by_version(Some(&f));
         assert_eq!(sel.len(), 1, "A's latest row no longer matches");
-        assert_eq!(&*sel[0].row, br#"{"symbol":"B","side":1}"#);
+        assert_eq!(sel[0].row, br#"{"symbol":"B","side":1}"#);
     }
 
     #[test]
@@ -1427,7 +1807,7 @@ mod tests {
         }
         let (w1, more) = m.window(None, None, 2, usize::MAX);
         assert!(more);
-        let keys = |w: &[(&Key, &Entry)]| {
+        let keys = |w: &[(&Key, Entry)]| {
             w.iter()
                 .map(|(_, e)| String::from_utf8(e.row.to_vec()).unwrap())
                 .collect::<Vec<_>>()
@@ -1604,10 +1984,12 @@ mod tests {
         for offset in 1..=40_000u64 {
             let k = rng.below(600) as i64 - 300;
             let gone = rng.below(3) == 0;
-            let row = format!(
-                r#"{{"k":{k},"gone":{gone},"pad":"{}"}}"#,
-                "x".repeat(k.unsigned_abs() as usize % 9)
-            );
+            // rows of every length class, now and then one with a buffer of its own
+            let pad = match rng.below(50) {
+                0 => rng.below(2 * ARENA_ROW_MAX as u64),
+                _ => rng.below(200),
+            } as usize;
+            let row = format!(r#"{{"k":{k},"gone":{gone},"pad":"{}"}}"#, "x".repeat(pad));
             let key = s.key_of(row.as_bytes()).unwrap();
             let before = m.order.events.len();
             let got = m.apply(&s, offset, 0, row.as_bytes());
@@ -1631,12 +2013,18 @@ mod tests {
             };
             assert_eq!(got, want, "offset {offset}");
             if offset % 997 == 0 || offset % 4096 == 1 {
-                let order: Vec<(Key, u64)> =
-                    m.iter().map(|(k, e)| (k.clone(), e.version)).collect();
+                let order: Vec<(Key, u64, Vec<u8>)> = m
+                    .iter()
+                    .map(|(k, e)| (k.clone(), e.version, e.row.to_vec()))
+                    .collect();
                 let model: Vec<(Key, u64)> = held.iter().map(|(k, v)| (k.clone(), *v)).collect();
                 assert_eq!(
-                    order, model,
-                    "every entity once, in key order, at offset {offset}"
+                    order,
+                    model
+                        .iter()
+                        .map(|(k, v)| (k.clone(), *v, rows[k].clone().into_bytes()))
+                        .collect::<Vec<_>>(),
+                    "every entity once, in key order, with its latest row, at offset {offset}"
                 );
                 for (k, _) in &model {
                     assert_eq!(m.get(k).unwrap().row, rows[k].as_bytes(), "the latest row");
@@ -1685,9 +2073,26 @@ mod tests {
             }
         }
         assert!(merges >= 3, "merged {merges} times");
+        assert!(m.rows.compactions >= 1, "the rows were compacted");
         assert_eq!(m.len(), held.len());
         // a checkpoint's view of it builds the same state back
-        let entries: BTreeMap<Key, Entry> = m.iter().map(|(k, e)| (k.clone(), e.clone())).collect();
+        type Owned = (Key, u64, i64, Vec<u8>, (u64, u64));
+        let owned: Vec<Owned> = m
+            .iter()
+            .map(|(k, e)| (k.clone(), e.version, e.ts_us, e.row.to_vec(), e.absent))
+            .collect();
+        let entries: BTreeMap<Key, Entry> = owned
+            .iter()
+            .map(|(k, version, ts_us, row, absent)| {
+                let e = Entry {
+                    version: *version,
+                    ts_us: *ts_us,
+                    row,
+                    absent: *absent,
+                };
+                (k.clone(), e)
+            })
+            .collect();
         let tombstones: Vec<(Key, u64)> = m.tombstones().map(|(k, at)| (k.clone(), at)).collect();
         let mut back =
             StateMap::from_checkpoint(m.position(), 1_000, entries, tombstones, m.changes_floor());
@@ -1707,11 +2112,13 @@ mod tests {
     }
 
     #[test]
-    fn a_row_is_copied_into_its_entity_s_buffer_and_removed_buffers_are_reused() {
+    fn a_row_is_copied_into_its_entity_s_chunk_and_removed_chunks_are_reused() {
         let s = spec(&["k"], Some(r#"{"gone":true}"#));
         let mut m = StateMap::new(1, 10);
         let short: &[u8] = br#"{"k":1,"gone":false}"#;
-        let long = format!(r#"{{"k":1,"gone":false,"pad":"{}"}}"#, "y".repeat(100));
+        let pad =
+            |k: i64, n: usize| format!(r#"{{"k":{k},"gone":false,"pad":"{}"}}"#, "y".repeat(n));
+        let long = pad(1, 100);
         m.apply(&s, 1, 0, short);
         m.apply(&s, 2, 0, long.as_bytes());
         assert_eq!(
@@ -1720,20 +2127,81 @@ mod tests {
         );
         assert_eq!(m.row_bytes(), long.len());
         let grown = m.get(&s.key_of(short).unwrap()).unwrap().row.as_ptr();
-        // shrinking keeps the buffer
+        // shrinking keeps the chunk
         m.apply(&s, 3, 0, short);
         let e = m.get(&s.key_of(short).unwrap()).unwrap();
         assert_eq!(e.row, short);
-        assert_eq!(e.row.as_ptr(), grown, "a shorter row fits the buffer");
+        assert_eq!(e.row.as_ptr(), grown, "a shorter row fits the chunk");
         assert_eq!((e.version, m.row_bytes()), (3, short.len()));
-        // a removed entity's buffer goes to the next new key
+        // a removed entity's chunk goes to the next new key whose row fits it
         m.apply(&s, 4, 0, br#"{"k":1,"gone":true}"#);
         assert_eq!(m.row_bytes(), 0);
-        m.apply(&s, 5, 0, br#"{"k":2,"gone":false}"#);
+        let other = pad(2, 95);
+        m.apply(&s, 5, 0, other.as_bytes());
         let e = m.get(&s.key_of(br#"{"k":2}"#).unwrap()).unwrap();
-        assert_eq!(e.row.as_ptr(), grown, "the spare buffer is reused");
-        assert_eq!(e.row, br#"{"k":2,"gone":false}"#);
+        assert_eq!(e.row.as_ptr(), grown, "the free chunk is reused");
+        assert_eq!(e.row, other.as_bytes());
         assert_eq!(m.row_bytes(), e.row.len());
+        // a row longer than a chunk may be has a buffer of its own, and back
+        let big = pad(2, 3 * ARENA_ROW_MAX);
+        m.apply(&s, 6, 0, big.as_bytes());
+        assert_eq!(
+            m.get(&s.key_of(br#"{"k":2}"#).unwrap()).unwrap().row,
+            big.as_bytes()
+        );
+        let bigger = pad(2, 5 * ARENA_ROW_MAX);
+        m.apply(&s, 7, 0, bigger.as_bytes());
+        assert_eq!(
+            m.get(&s.key_of(br#"{"k":2}"#).unwrap()).unwrap().row,
+            bigger.as_bytes()
+        );
+        m.apply(&s, 8, 0, other.as_bytes());
+        assert_eq!(
+            m.get(&s.key_of(br#"{"k":2}"#).unwrap()).unwrap().row,
+            other.as_bytes()
+        );
+        assert_eq!(m.row_bytes(), other.len());
+        assert!(m.rows.big.items.iter().all(Option::is_none));
+    }
+
+    #[test]
+    fn rows_survive_compaction_and_the_free_chunks_stay_bounded() {
+        let s = spec(&["k"], Some(r#"{"gone":true}"#));
+        let mut m = StateMap::new(1, 10_000);
+        let mut model: BTreeMap<Key, String> = BTreeMap::new();
+        let mut rng = Lcg(11);
+        // rows that grow and shrink over every class, removals and new keys
+        for offset in 1..=20_000u64 {
+            let k = rng.below(300);
+            let gone = rng.below(5) == 0;
+            let n = match rng.below(10) {
+                0 => rng.below(3 * ARENA_ROW_MAX as u64),
+                _ => rng.below(400),
+            } as usize;
+            let row = format!(r#"{{"k":{k},"gone":{gone},"pad":"{}"}}"#, "z".repeat(n));
+            m.apply(&s, offset, 0, row.as_bytes());
+            let key = s.key_of(row.as_bytes()).unwrap();
+            if gone {
+                model.remove(&key);
+            } else {
+                model.insert(key, row);
+            }
+            assert!(
+                m.rows.idle <= m.rows.used.max(COMPACT_MIN),
+                "compacted when due"
+            );
+        }
+        assert!(
+            m.rows.compactions >= 2,
+            "{} compactions",
+            m.rows.compactions
+        );
+        let got: Vec<(Key, Vec<u8>)> = m.iter().map(|(k, e)| (k.clone(), e.row.to_vec())).collect();
+        let want: Vec<(Key, Vec<u8>)> = model
+            .into_iter()
+            .map(|(k, r)| (k, r.into_bytes()))
+            .collect();
+        assert_eq!(got, want);
     }
 
     #[test]
@@ -1768,7 +2236,7 @@ mod tests {
             m.apply(&s, o + 1, 0, row(5, true).as_bytes());
             o += 2;
         }
-        assert!(m.removals.len() <= m.removed + REMOVALS_STALE_MAX + 1);
+        assert!(m.removals.len() <= m.removed + removals_stale_max(m.removed) + 1);
         assert_eq!(m.tombstones().count(), 2);
         assert_eq!(m.tombstones().last(), Some((&k(5), o - 1)));
     }
@@ -1777,7 +2245,7 @@ mod tests {
     fn the_quick_search_answers_as_the_scan_does() {
         let s = spec(&["k", "s"], Some(r#"{"a":["C","F"]}"#));
         let needles = s.needles.as_ref().expect("plain names");
-        let rows: [&[u8]; 7] = [
+        let rows: [&[u8]; 9] = [
             br#"{"x":1,"k":7,"s":"q","a":"C"}"#,
             // a name inside a string value, a nested object, a repeated name, a name missing
             br#"{"x":"\"k\":1","k":2,"s":"r","a":"A"}"#,
@@ -1786,6 +2254,9 @@ mod tests {
             br#"{"k":6,"s":"v"}"#,
             br#"{"xk":1,"k":8,"s":"","a":"C"}"#,
             br#"{"k":-9,"s":"w","a":null}"#,
+            // remove_when's value escaped (the filter decodes it), or not a string
+            br#"{"k":10,"s":"x","a":"\u0043"}"#,
+            br#"{"k":11,"s":"x","a":7}"#,
         ];
         for row in rows {
             let n = s.wanted.len();

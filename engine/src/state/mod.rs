@@ -301,7 +301,7 @@ impl Expired {
 /// Row bytes after which a window or a changes answer ends (as a pull page).
 pub const ANSWER_BYTES_MAX: usize = crate::session::pull::PAGE_BYTES_MAX;
 
-fn push_entity(key: &[u8], e: &fold::Entry, upsert: bool, out: &mut Vec<u8>) {
+fn push_entity(key: &[u8], e: &fold::Entry<'_>, upsert: bool, out: &mut Vec<u8>) {
     out.extend_from_slice(if upsert {
         br#"{"op":"upsert","key":"#.as_slice()
     } else {
@@ -311,7 +311,7 @@ fn push_entity(key: &[u8], e: &fold::Entry, upsert: bool, out: &mut Vec<u8>) {
     out.extend_from_slice(
         format!(r#","version":{},"ts":{},"row":"#, e.version, e.ts_us).as_bytes(),
     );
-    out.extend_from_slice(&e.row);
+    out.extend_from_slice(e.row);
     out.push(b'}');
 }
 
@@ -508,7 +508,7 @@ pub fn render_snapshot(map: &StateMap, filter: Option<&Filter>, rendering: Rende
     for e in &selected {
         match rendering {
             Rendering::WebSocket => {
-                encode_data_frame(Some(e.version), Some(e.ts_us), &e.row, &mut buf)
+                encode_data_frame(Some(e.version), Some(e.ts_us), e.row, &mut buf)
             }
             Rendering::Sse => {
                 payload.clear();
@@ -517,7 +517,7 @@ pub fn render_snapshot(map: &StateMap, filter: Option<&Filter>, rendering: Rende
                 payload.push(b',');
                 payload.extend_from_slice(e.ts_us.to_string().as_bytes());
                 payload.push(b',');
-                payload.extend_from_slice(&e.row);
+                payload.extend_from_slice(e.row);
                 payload.push(b']');
                 corecast_net::sse::push_event(Some(e.version), &payload, &mut buf);
             }
