@@ -583,7 +583,10 @@ fn skip_value(row: &[u8], mut i: usize) -> Option<usize> {
             let end = row[i..]
                 .iter()
                 .position(|&b| matches!(b, b',' | b'}' | b']'))?;
-            (end > 0).then_some(i + end)
+            // a compact row has no whitespace around a value: anything else is for the
+            // general path (read as a scalar, `" 5"` would be no number at all)
+            let v = &row[i..i + end];
+            (end > 0 && !v.iter().any(u8::is_ascii_whitespace)).then_some(i + end)
         }
     }
 }
