@@ -903,7 +903,12 @@ impl Rows {
     /// `row` into `l`'s chunk when it fits, else into another (and `l`'s freed).
     #[inline]
     fn set(&mut self, l: &mut RowLoc, row: &[u8]) {
-        if l.page != BIG && row.len() <= l.cap as usize {
+        // in place while the row fills at least half its chunk (a row that shrank further moves
+        // to a chunk of its size, and the big one goes on the free lists, so compaction can
+        // give it back: the chunks in use hold at most about twice the rows' bytes)
+        let fits = row.len() <= l.cap as usize
+            && l.cap as usize <= 2 * GRAIN * row.len().div_ceil(GRAIN).max(1);
+        if l.page != BIG && fits {
             let at = l.off as usize;
             self.pages[l.page as usize][at..at + row.len()].copy_from_slice(row);
             l.len = row.len() as u32;
@@ -911,6 +916,9 @@ impl Rows {
             let b = self.big.get_mut(l.off);
             b.clear();
             b.extend_from_slice(row);
+            if b.capacity() > 2 * row.len() {
+                b.shrink_to_fit();
+            }
             l.len = row.len() as u32;
         } else {
             let old = *l;
@@ -2130,35 +2138,50 @@ mod tests {
         );
         assert_eq!(m.row_bytes(), long.len());
         let grown = m.get(&s.key_of(short).unwrap()).unwrap().row.as_ptr();
-        // shrinking keeps the chunk
-        m.apply(&s, 3, 0, short);
+        // shrinking keeps the chunk while the row fills half of it
+        let mid = pad(1, 60);
+        m.apply(&s, 3, 0, mid.as_bytes());
+        let e = m.get(&s.key_of(short).unwrap()).unwrap();
+        assert_eq!(e.row, mid.as_bytes());
+        assert_eq!(e.row.as_ptr(), grown, "a shorter row fits the chunk");
+        assert_eq!((e.version, m.row_bytes()), (3, mid.len()));
+        // a row under half its chunk moves to a chunk of its size, and back
+        m.apply(&s, 4, 0, short);
         let e = m.get(&s.key_of(short).unwrap()).unwrap();
         assert_eq!(e.row, short);
-        assert_eq!(e.row.as_ptr(), grown, "a shorter row fits the chunk");
-        assert_eq!((e.version, m.row_bytes()), (3, short.len()));
+        assert_ne!(e.row.as_ptr(), grown, "a row under half its chunk moves");
+        assert_eq!(m.row_bytes(), short.len());
+        m.apply(&s, 5, 0, mid.as_bytes());
+        let e = m.get(&s.key_of(short).unwrap()).unwrap();
+        assert_eq!(e.row, mid.as_bytes());
+        assert_ne!(
+            e.row.as_ptr(),
+            grown,
+            "a chunk of its class (the big one stays free)"
+        );
         // a removed entity's chunk goes to the next new key whose row fits it
-        m.apply(&s, 4, 0, br#"{"k":1,"gone":true}"#);
+        m.apply(&s, 6, 0, br#"{"k":1,"gone":true}"#);
         assert_eq!(m.row_bytes(), 0);
         let other = pad(2, 95);
-        m.apply(&s, 5, 0, other.as_bytes());
+        m.apply(&s, 7, 0, other.as_bytes());
         let e = m.get(&s.key_of(br#"{"k":2}"#).unwrap()).unwrap();
         assert_eq!(e.row.as_ptr(), grown, "the free chunk is reused");
         assert_eq!(e.row, other.as_bytes());
         assert_eq!(m.row_bytes(), e.row.len());
         // a row longer than a chunk may be has a buffer of its own, and back
         let big = pad(2, 3 * ARENA_ROW_MAX);
-        m.apply(&s, 6, 0, big.as_bytes());
+        m.apply(&s, 8, 0, big.as_bytes());
         assert_eq!(
             m.get(&s.key_of(br#"{"k":2}"#).unwrap()).unwrap().row,
             big.as_bytes()
         );
         let bigger = pad(2, 5 * ARENA_ROW_MAX);
-        m.apply(&s, 7, 0, bigger.as_bytes());
+        m.apply(&s, 9, 0, bigger.as_bytes());
         assert_eq!(
             m.get(&s.key_of(br#"{"k":2}"#).unwrap()).unwrap().row,
             bigger.as_bytes()
         );
-        m.apply(&s, 8, 0, other.as_bytes());
+        m.apply(&s, 10, 0, other.as_bytes());
         assert_eq!(
             m.get(&s.key_of(br#"{"k":2}"#).unwrap()).unwrap().row,
             other.as_bytes()
