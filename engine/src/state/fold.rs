@@ -796,10 +796,11 @@ const COMPACT_MIN: usize = 4096;
 
 /// The entities' row bytes, in pages of [`PAGE`] bytes (a few allocations, not one per key):
 /// each row in a chunk of a multiple of [`GRAIN`] bytes; a removed or outgrown row's chunk goes
-/// on the free list of its capacity, for the next row that fits it (or fits one grain less).
-/// The free lists hold at most the capacity in use (and [`COMPACT_MIN`]): beyond, the state
-/// copies its rows into fresh pages ([`StateMap::compact_rows`]), so the pages hold at most
-/// about twice the rows' bytes.
+/// on the free list of its capacity, for the next row that fits it (or fits one grain less); a
+/// row that shrinks under half its chunk moves to one of its size, so a chunk in use holds at
+/// most about twice its row. The free lists hold at most the capacity in use (and
+/// [`COMPACT_MIN`]): beyond, the state copies its rows into fresh pages
+/// ([`StateMap::compact_rows`]), so the pages hold at most about four times the rows' bytes.
 #[derive(Debug, Clone)]
 struct Rows {
     /// Each filled up to `PAGE` bytes (allocated with that capacity); chunks are taken from the
@@ -2393,9 +2394,9 @@ mod model_tests {
         let few = rng.below(3) == 0;
         for _ in 0..len {
             if few {
-                s.push_str(*rng.pick(&["a", "b"]));
+                s.push_str(rng.pick::<&str>(&["a", "b"]));
             } else {
-                s.push_str(*rng.pick(&alphabet));
+                s.push_str(rng.pick::<&str>(&alphabet));
             }
         }
         s
@@ -2463,7 +2464,7 @@ mod model_tests {
             1 => Act::Num,
             2 => Act::Null,
             3 => Act::Missing,
-            _ => Act::Str(*rng.pick(&["A", "C", "CC", "CCC", "", "c", "M", "M", "M", "A"])),
+            _ => Act::Str(rng.pick::<&str>(&["A", "C", "CC", "CCC", "", "c", "M", "M", "M", "A"])),
         };
         let g = rng.below(4) as i64;
         let mut out = b"{".to_vec();
@@ -3092,9 +3093,9 @@ mod defect_tests {
         }
     }
 
-    /// OPERATIONS.md: "the pages hold at most about twice the rows' bytes plus 1 MiB". A row
-    /// that shrinks keeps its chunk, counted as in use, so compaction never sees it: entities
-    /// whose rows were once 2 KiB and are now 40 bytes keep 2 KiB each, fifty times the rows.
+    /// The memory bound (OPERATIONS.md): entities whose rows were once 2 KiB and are now 40
+    /// bytes do not keep 2 KiB chunks each (a row that shrank kept its chunk, counted as in use,
+    /// so compaction never saw it: fifty times the rows).
     #[test]
     fn rows_that_shrink_stay_within_the_memory_bound() {
         let s = spec(&["k"], None);
