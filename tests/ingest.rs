@@ -1046,3 +1046,46 @@ fn kill_9_during_a_long_ingest_then_the_same_command_again_gives_every_row_exact
     }
     assert_eq!(end_offset(&server, "mbo"), 68_793);
 }
+
+/// A stream that is not exactly-once has no ingest id to order batches by: `corecast ingest`
+/// sends them one at a time, so the rows land in the file's order (with two in flight, the
+/// short last batch of the order-book file, 3,256 rows, was committed before the 65,536 ahead
+/// of it).
+#[test]
+fn ingest_into_a_stream_without_exactly_once_keeps_the_file_order() {
+    let setup = Setup::new();
+    let cfg = setup.config(
+        "[[stream]]\nname = \"plain\"\nschema = \"@data/es-mbo.schema.json\"\nmax_replay = \"unlimited\"\n",
+    );
+    let server = Server::start(Some(&cfg), &setup.data(), &[]);
+    let file = data_file("es-mbo.jsonl");
+    let lines = read_lines("es-mbo.jsonl");
+    let out = ingest_cli(&server, "plain", &file, &[]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let n = lines.len() as u64;
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(said.contains(&format!("offsets 1..{n}")), "{said}");
+    assert_eq!(end_offset(&server, "plain"), n + 1);
+    let rows = subscribe_all(&server, "plain", lines.len());
+    assert_eq!(rows.len(), lines.len());
+    let id = |v: &sonic_rs::Value| {
+        (
+            v["ts_event"].as_u64(),
+            v["order_id"].as_u64(),
+            v["sequence"].as_u64(),
+            v["action"].as_str().map(str::to_string),
+        )
+    };
+    for (k, ((offset, row), line)) in rows.iter().zip(&lines).enumerate() {
+        assert_eq!(*offset, k as u64 + 1);
+        let got: sonic_rs::Value = sonic_rs::from_str(row).expect("row JSON");
+        let want: sonic_rs::Value = sonic_rs::from_str(line).expect("line JSON");
+        assert_eq!(
+            id(&got),
+            id(&want),
+            "offset {offset}: not the file's row {}",
+            k + 1
+        );
+    }
+    server.stop();
+}

@@ -5,8 +5,10 @@
 //! `.parquet` and `.arrow` files (the Arrow IPC file or stream format), JSON lines for
 //! `.jsonl` — each at most `--batch-rows` rows and the server's `max_body_bytes`, at most two
 //! bodies ahead (a bounded channel). The main thread sends them, each as one atomic batch,
-//! two requests at once (`REQUESTS_IN_FLIGHT`): a request's head goes out only once the previous
-//! body is (the server has then registered its seq, and commits the batches in seq order). It
+//! two requests at once on an exactly-once stream (`REQUESTS_IN_FLIGHT`): a request's head goes
+//! out only once the previous body is (the server has then registered its seq, and commits the
+//! batches in seq order); on another stream, with no ingest id to order them by, one at a time
+//! (while the next body is read and encoded). It
 //! shows a progress bar (`indicatif`, on a terminal only).
 //!
 //! On an exactly-once stream every batch carries the ingest id (`--id`, or one derived from the
@@ -441,6 +443,14 @@ fn ingest(args: &IngestArgs) -> Result<(), Failure> {
     let mut first_offset = None;
     let mut last_offset = None;
     let endpoint = std::sync::Arc::new(endpoint);
+    // the server puts an ingest id's batches in seq order; batches without one (a stream that
+    // is not exactly-once) would be committed in whichever order they arrive, so they go one
+    // at a time (the next one is still read and encoded meanwhile)
+    let window = if start.ingest.is_some() {
+        REQUESTS_IN_FLIGHT
+    } else {
+        1
+    };
     let mut in_flight: std::collections::VecDeque<InFlight> = std::collections::VecDeque::new();
     let mut failure: Option<Failure> = None;
     let mut answered = |done: InFlight, failure: &mut Option<Failure>| {
@@ -512,7 +522,7 @@ fn ingest(args: &IngestArgs) -> Result<(), Failure> {
             bytes_len,
             handle,
         });
-        while in_flight.len() >= REQUESTS_IN_FLIGHT || failure.is_some() {
+        while in_flight.len() >= window || failure.is_some() {
             let Some(done) = in_flight.pop_front() else {
                 break;
             };
