@@ -1476,11 +1476,14 @@ impl StateMap {
             .order
             .walk(self, after)
             .filter(|(_, e)| filter.is_none_or(|f| f.matches(e.row)));
-        for (k, e) in it.by_ref() {
-            out.push((k, e));
-            bytes += e.row.len();
-            if out.len() >= limit || bytes >= bytes_max {
-                break;
+        // `limit` 0 reads none (and says whether there is any), as the pull API's `limit=0`
+        if limit > 0 {
+            for (k, e) in it.by_ref() {
+                out.push((k, e));
+                bytes += e.row.len();
+                if out.len() >= limit || bytes >= bytes_max {
+                    break;
+                }
             }
         }
         let more = it.next().is_some();
@@ -1817,6 +1820,8 @@ mod tests {
         for (i, k) in [5, 3, 9, 1, 7].iter().enumerate() {
             m.apply(&s, 1 + i as u64, 0, format!(r#"{{"k":{k}}}"#).as_bytes());
         }
+        let (w0, more) = m.window(None, None, 0, usize::MAX);
+        assert!(w0.is_empty() && more, "limit 0 reads none");
         let (w1, more) = m.window(None, None, 2, usize::MAX);
         assert!(more);
         let keys = |w: &[(&Key, Entry)]| {

@@ -455,7 +455,12 @@ pub fn spec_for(cfg: &StreamConfig, schema: Option<&Schema>) -> Result<KeySpec, 
         ));
     };
     for c in &cfg.key {
-        let Some((_, col)) = schema.column(c) else {
+        let Some((_, col)) = schema.column(c).filter(|_| c != "streamcast_ts") else {
+            if c == "streamcast_ts" {
+                return Err(format!(
+                    "key column {c:?} is the system timestamp every row gets, not a declared column: a key is made of declared columns"
+                ));
+            }
             return Err(format!(
                 "key column {c:?} is not a column of the schema (it declares {})",
                 schema.declared_list()
@@ -480,21 +485,67 @@ pub fn spec_for(cfg: &StreamConfig, schema: Option<&Schema>) -> Result<KeySpec, 
             }
         }
     }
-    let remove_when =
-        match &cfg.remove_when {
-            None => None,
-            Some(text) => {
-                let lookup = |c: &str| match schema.column(c) {
-                    None => ColumnLookup::Unknown,
-                    Some((_, col)) if col.is_filterable() => ColumnLookup::Scalar,
-                    Some(_) => ColumnLookup::NotScalar,
-                };
-                Some(Filter::parse(text, Some(&lookup)).map_err(|e| {
-                    format!("remove_when: {}", e.strip_prefix("where= ").unwrap_or(&e))
-                })?)
-            }
-        };
+    let remove_when = match &cfg.remove_when {
+        None => None,
+        Some(text) => {
+            let lookup = |c: &str| match schema.column(c) {
+                None => ColumnLookup::Unknown,
+                Some((_, col)) if col.is_filterable() => ColumnLookup::Scalar,
+                Some(_) => ColumnLookup::NotScalar,
+            };
+            let filter = Filter::parse(text, Some(&lookup))
+                .map_err(|e| format!("remove_when: {}", e.strip_prefix("where= ").unwrap_or(&e)))?;
+            remove_when_types(text, schema)?;
+            Some(filter)
+        }
+    };
     Ok(KeySpec::new(cfg.key.clone(), remove_when))
+}
+
+/// Refuses a `remove_when` value that no row can hold in its column (`{ action = 1 }` for a
+/// string column, `1.5` for an integer one, `null` for a required one): such a term would never
+/// match, and the keys it was meant to remove would stay without a word.
+fn remove_when_types(text: &str, schema: &Schema) -> Result<(), String> {
+    let Ok(serde_json::Value::Object(terms)) = serde_json::from_str::<serde_json::Value>(text)
+    else {
+        return Ok(()); // Filter::parse has refused it already
+    };
+    for (c, v) in &terms {
+        let Some((_, col)) = schema.column(c) else {
+            continue;
+        };
+        let values = match v {
+            serde_json::Value::Array(list) => list.iter().collect::<Vec<_>>(),
+            one => vec![one],
+        };
+        for value in values {
+            let fits = match (value, col.ty()) {
+                (serde_json::Value::Null, _) => col.nullable(),
+                (serde_json::Value::Bool(_), ColumnType::Boolean) => true,
+                (serde_json::Value::Number(n), ColumnType::Int32 | ColumnType::Int64) => {
+                    n.is_i64() || n.is_u64()
+                }
+                (serde_json::Value::Number(_), ColumnType::Float32 | ColumnType::Float64) => true,
+                (serde_json::Value::String(_), ColumnType::Utf8 | ColumnType::Binary { .. }) => {
+                    true
+                }
+                _ => false,
+            };
+            if !fits {
+                return Err(format!(
+                    "remove_when: {value} can never match column {c:?}, which holds {}{}: no row would be removed by it",
+                    match col.ty() {
+                        ColumnType::Int32 | ColumnType::Int64 => "integers",
+                        ColumnType::Float32 | ColumnType::Float64 => "numbers",
+                        ColumnType::Boolean => "booleans",
+                        _ => "strings",
+                    },
+                    if col.nullable() { " or null" } else { " and is never null" }
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The entities of `map` whose latest row passes `filter`, in version order, rendered as
@@ -1016,5 +1067,64 @@ impl Thread {
         s.snapshot_entities
             .fetch_add(snap.entities, Ordering::Relaxed);
         Ok(snap)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MBO: &str = r#"{"type":"object","properties":{"order_id":{"type":"integer"},"action":{"type":"string"},"size":{"type":"integer"},"note":{"type":["string","null"]},"px":{"type":"number"}},"required":["order_id","action","size","px"]}"#;
+
+    fn spec_of(key: &[&str], remove_when: Option<&str>) -> Result<KeySpec, String> {
+        let mut cfg = StreamConfig::with_defaults("mbo", Some(MBO.to_string()), true);
+        cfg.key = key.iter().map(|c| c.to_string()).collect();
+        cfg.remove_when = remove_when.map(str::to_string);
+        spec_for(&cfg, Some(&Schema::compile(MBO).expect("schema")))
+    }
+
+    #[test]
+    fn a_remove_when_value_no_row_can_hold_is_refused_naming_it() {
+        for ok in [
+            r#"{"action":["C","F"]}"#,
+            r#"{"size":0}"#,
+            r#"{"note":null}"#,
+            r#"{"px":[1,2.5]}"#,
+        ] {
+            assert!(spec_of(&["order_id"], Some(ok)).is_ok(), "{ok}");
+        }
+        for (bad, names) in [
+            (
+                r#"{"action":1}"#,
+                "1 can never match column \"action\", which holds strings and is never null",
+            ),
+            (
+                r#"{"action":["C",1]}"#,
+                "1 can never match column \"action\"",
+            ),
+            (
+                r#"{"size":1.5}"#,
+                "1.5 can never match column \"size\", which holds integers",
+            ),
+            (r#"{"size":null}"#, "null can never match column \"size\""),
+            (
+                r#"{"note":true}"#,
+                "true can never match column \"note\", which holds strings or null",
+            ),
+        ] {
+            let e = spec_of(&["order_id"], Some(bad)).err().expect(bad);
+            assert!(
+                e.starts_with("remove_when: ") && e.contains(names),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_system_timestamp_is_not_a_key_column() {
+        let e = spec_of(&["streamcast_ts"], None).err().expect("refused");
+        assert!(e.contains("is the system timestamp"), "{e}");
+        let e = spec_of(&["nope"], None).err().expect("refused");
+        assert!(e.contains("\"nope\" is not a column of the schema"), "{e}");
     }
 }
