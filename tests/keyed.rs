@@ -473,6 +473,17 @@ fn state_requests_a_keyed_stream_and_no_offset() {
     assert!(reason.contains("state and offset"), "{reason}");
     let r = http_get(server.addr, "/plain/events?state");
     assert_eq!(r.status, 400);
+    // state is a flag: state=false is refused, not read as the flag
+    let mut ws = ws_connect(&server.url("trades?state=false"));
+    let (code, reason) = recv_close(&mut ws);
+    assert_eq!(code, 4400);
+    assert!(
+        reason.contains("false") && reason.contains("is not a value it takes: state is a flag"),
+        "{reason}"
+    );
+    let r = http_get(server.addr, "/trades/events?state=false");
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("state is a flag"), "{}", r.text());
     // the catalog says which streams are keyed
     let entry = http_get(server.addr, "/v1/streams/trades").json();
     assert_eq!(

@@ -50,6 +50,10 @@ fn cursor_prop() -> Value {
     json!({"type": "string", "minLength": 1, "maxLength": 1024, "description": "next_cursor of an earlier result (of this tool, stream_subscribe or the pull API's /rows, with the same where)"})
 }
 
+fn state_cursor_prop() -> Value {
+    json!({"type": "string", "minLength": 1, "maxLength": 1024, "description": "next_cursor of an earlier stream_state result (or of GET /v1/streams/NAME/state) with the same where; a row cursor (stream_collect, stream_subscribe, /rows) is refused"})
+}
+
 fn from_prop() -> Value {
     json!({"type": ["string", "integer"], "minimum": 0, "description": "where to start without a cursor: \"earliest\" (default), \"latest\" (from now) or an offset (0 = the earliest held)"})
 }
@@ -69,7 +73,7 @@ pub fn input_schema(name: &str) -> Option<Value> {
             &["stream"],
         ),
         "stream_state" => object(
-            json!({"stream": stream_prop(), "cursor": cursor_prop(), "limit": limit_prop(100),
+            json!({"stream": stream_prop(), "cursor": state_cursor_prop(), "limit": limit_prop(100),
                    "where": where_prop()}),
             &["stream"],
         ),

@@ -335,6 +335,7 @@ pub async fn serve(
     };
     let q = Query::parse(req.query.as_bytes());
     let refusal = unknown_params_listed(&q, &["offset", "where", "lastEventId", "state"])
+        .or_else(|| super::route::state_value_refusal(&q))
         .or_else(|| {
             (q.contains("offset") && !st.durable())
                 .then(|| format!("offset= needs a log; stream {name} is live only (not_durable)"))
