@@ -259,6 +259,17 @@ pub fn route(
     })
 }
 
+/// `state` is a flag (`?state`, or `state=true`/`state=1`): any other value — `state=false`
+/// above all — is refused rather than read as the flag.
+pub(crate) fn state_value_refusal(q: &Query) -> Option<String> {
+    match q.get("state") {
+        Some(v) if !matches!(v, "" | "true" | "1") => Some(format!(
+            "state={v:?} is not a value it takes: state is a flag (?state or state=true)"
+        )),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,16 +304,5 @@ mod tests {
         for bad in ["", "abc", "5__0", "_5", "5_", "1e3", "0x10", "+"] {
             assert_eq!(parse_py_int(bad), None, "{bad}");
         }
-    }
-}
-
-/// `state` is a flag (`?state`, or `state=true`/`state=1`): any other value — `state=false`
-/// above all — is refused rather than read as the flag.
-pub(crate) fn state_value_refusal(q: &Query) -> Option<String> {
-    match q.get("state") {
-        Some(v) if !matches!(v, "" | "true" | "1") => Some(format!(
-            "state={v:?} is not a value it takes: state is a flag (?state or state=true)"
-        )),
-        _ => None,
     }
 }
