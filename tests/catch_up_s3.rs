@@ -390,25 +390,6 @@ enabled = true
     )
 }
 
-/// Publishes `rows` to `url` and returns the frames a live subscriber got for them (offsets
-/// `first..`).
-fn seam_frames(url: &str, rows: &[String], first: u64) -> Vec<String> {
-    let mut live = blocking::connect(url, SubscribeOptions::default()).expect("live subscriber");
-    let mut p = blocking::publish(url, PublishOptions::default()).expect("publisher");
-    p.submit_batch(rows).expect("submit");
-    p.flush().expect("acks");
-    p.close().expect("publisher close");
-    let frames = (first..first + rows.len() as u64)
-        .map(|want| {
-            let row = live.next().expect("live row").expect("a live row");
-            assert_eq!(row.offset, Some(want));
-            row.frame().to_string()
-        })
-        .collect();
-    live.close().expect("live close");
-    frames
-}
-
 /// Our client across a migration's seam on S3: the old log's table and the new log's, both
 /// under `s3://BUCKET/prod/seam/`, read from 1 and from the earliest, every row once, each frame
 /// its live subscriber's (the old log's rows without the column the migration added), then the
@@ -445,7 +426,7 @@ fn seam_scenario(moto: &Moto, bucket: &str, pid: mpsc::Sender<u32>) {
     std::fs::write(&v2_file, v2).unwrap();
     ctl(&["create", "seam", decl.to_str().unwrap()]);
     let url = server.url("seam");
-    let mut frames = seam_frames(
+    let mut frames = support::live_frames(
         &url,
         &(1..301)
             .map(|i| format!(r#"{{"i":{i}}}"#))
@@ -454,7 +435,7 @@ fn seam_scenario(moto: &Moto, bucket: &str, pid: mpsc::Sender<u32>) {
     );
     ctl(&["migrate", "seam", "--schema", v2_file.to_str().unwrap()]);
     let seam = 301;
-    frames.extend(seam_frames(
+    frames.extend(support::live_frames(
         &url,
         &(301..701)
             .map(|i| format!(r#"{{"i":{i},"note":"n{i}"}}"#))
@@ -500,7 +481,7 @@ fn seam_scenario(moto: &Moto, bucket: &str, pid: mpsc::Sender<u32>) {
     );
     // rows the tables do not hold yet (unless published at once), for the socket's share
     let next = frames.len() as u64 + 1;
-    frames.extend(seam_frames(
+    frames.extend(support::live_frames(
         &url,
         &(next..next + 20)
             .map(|i| format!(r#"{{"i":{i}}}"#))

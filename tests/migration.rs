@@ -1003,26 +1003,10 @@ fn publish_ours(server: &Server, stream: &str, rows: &[Value]) -> Vec<Option<u64
     offsets
 }
 
-/// Every frame a live subscriber of `stream` gets for `rows`, published after it subscribed
-/// (at offsets `first..`); it is closed after.
+/// Every frame a live subscriber of `stream` gets for `rows` (at offsets `first..`).
 fn published_frames(server: &Server, stream: &str, rows: &[Value], first: u64) -> Vec<String> {
-    let url = server.url(stream);
-    let mut live = blocking::connect(&url, SubscribeOptions::default()).expect("live subscriber");
-    assert_eq!(
-        publish_ours(server, stream, rows),
-        (first..first + rows.len() as u64)
-            .map(Some)
-            .collect::<Vec<_>>()
-    );
-    let frames = (first..first + rows.len() as u64)
-        .map(|want| {
-            let row = live.next().expect("live row").expect("a live row");
-            assert_eq!(row.offset, Some(want));
-            row.frame().to_string()
-        })
-        .collect();
-    live.close().expect("close");
-    frames
+    let texts: Vec<String> = rows.iter().map(Value::to_string).collect();
+    support::live_frames(&server.url(stream), &texts, first)
 }
 
 /// Our client's catch-up of `stream` from `offset` with `where_json`: it must deliver exactly

@@ -810,3 +810,27 @@ pub fn page_server(page: String) -> (std::net::SocketAddr, std::sync::mpsc::Rece
     });
     (addr, rx)
 }
+
+/// Every frame a live subscriber of `url` gets for `rows`, published in one batch by our client
+/// after it subscribed, at offsets `first..` (the acknowledged offsets are checked too); both
+/// are closed after. Our client on both sides: on a thread holding one of its subscriptions a
+/// blocking read of another library's socket may be interrupted (EINTR) by its completions.
+pub fn live_frames(url: &str, rows: &[String], first: u64) -> Vec<String> {
+    use corecast_net::client::{blocking, PublishOptions, SubscribeOptions};
+    let mut live = blocking::connect(url, SubscribeOptions::default()).expect("live subscriber");
+    let mut p = blocking::publish(url, PublishOptions::default()).expect("publisher");
+    let offsets = p.send_batch(rows).expect("acknowledged");
+    p.close().expect("publisher close");
+    let want: Vec<u64> = (first..first + rows.len() as u64).collect();
+    assert_eq!(offsets, want.iter().map(|&o| Some(o)).collect::<Vec<_>>());
+    let frames = want
+        .iter()
+        .map(|&want| {
+            let row = live.next().expect("live row").expect("a live row");
+            assert_eq!(row.offset, Some(want));
+            row.frame().to_string()
+        })
+        .collect();
+    live.close().expect("live close");
+    frames
+}
