@@ -385,6 +385,22 @@ pub struct LogTable {
 }
 
 impl LogTable {
+    /// The table of `entry` holding nothing (nothing published, or not read).
+    fn empty(entry: LogEntry, codec: RowCodec) -> LogTable {
+        LogTable {
+            table: format!("{}/{}", entry.published.trim_end_matches('/'), entry.name),
+            table_metadata: None,
+            files: Vec::new(),
+            defects: Vec::new(),
+            floor: None,
+            end: entry.start_offset,
+            codec,
+            columns: Vec::new(),
+            entry,
+            unreadable: None,
+        }
+    }
+
     /// Opens a sealed log's table; one that is there but cannot be read (a file missing or
     /// not parsing) is opened empty with the error kept ([`SeamDefect::TableUnreadable`]). A
     /// store failure is still an error: the read may succeed again.
@@ -403,16 +419,8 @@ impl LogTable {
             ) => {
                 let codec = codec_of(metadata_uri, label, &entry)?;
                 Ok(LogTable {
-                    table: format!("{}/{}", entry.published.trim_end_matches('/'), entry.name),
-                    table_metadata: None,
-                    files: Vec::new(),
-                    defects: Vec::new(),
-                    floor: None,
-                    end: entry.start_offset,
-                    codec,
-                    columns: Vec::new(),
-                    entry,
                     unreadable: Some(e.to_string()),
+                    ..LogTable::empty(entry, codec)
                 })
             }
             Err(e) => Err(e),
@@ -428,19 +436,8 @@ impl LogTable {
         entry: LogEntry,
     ) -> Result<LogTable, ReadError> {
         let codec = codec_of(metadata_uri, label, &entry)?;
-        let table = format!("{}/{}", entry.published.trim_end_matches('/'), entry.name);
-        let mut opened = LogTable {
-            table: table.clone(),
-            table_metadata: None,
-            files: Vec::new(),
-            defects: Vec::new(),
-            floor: None,
-            end: entry.start_offset,
-            codec,
-            columns: Vec::new(),
-            entry,
-            unreadable: None,
-        };
+        let mut opened = LogTable::empty(entry, codec);
+        let table = opened.table.clone();
         let hint = format!("{table}/metadata/{VERSION_HINT}");
         let Some(stem) = fetcher.get(&hint)? else {
             // no table yet: nothing is published
