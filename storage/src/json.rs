@@ -24,7 +24,8 @@
 //! - an integer beyond `u64` (e.g. `2^70`) or below `i64::MIN` becomes an `f64` (no error), so an
 //!   integer column reports it as outside int64 (see `schema::validate`);
 //! - `-0` and `-0.0` become the float `0.0` (the sign is lost; `-0` is not an integer any more);
-//! - `1e-400` underflows to `0.0`.
+//! - `1e-400` underflows to `0.0`, but `-1e-400` underflows to `-0.0`: the row encoder writes
+//!   every float zero as `0.0` (`schema::write_f64`), so the canonical row is the same either way.
 
 use sonic_rs::{JsonContainerTrait, JsonValueTrait, Value};
 

@@ -51,9 +51,18 @@ pub fn write_json_str(out: &mut Vec<u8>, s: &str) {
 /// leading zeros in the exponent (`1e16`, `1e-7`, `1.2345e-300`). This is the layout of msgspec
 /// (and of the `ryu` crate). Callers pass finite values only; a non-finite one is written as
 /// `null`, as msgspec does.
+///
+/// Every zero is written `0.0`, `-0.0` included: the parser already reads the literals `-0` and
+/// `-0.0` as `0.0` (see [`crate::json`]), so a negative zero reached only by underflow
+/// (`-1e-400`) would otherwise be written `-0.0` and read back as `0.0`, and the canonical form
+/// would not be stable.
 pub fn write_f64(out: &mut Vec<u8>, v: f64) {
     if !v.is_finite() {
         out.extend_from_slice(b"null");
+        return;
+    }
+    if v == 0.0 {
+        out.extend_from_slice(b"0.0");
         return;
     }
     let mut buf = zmij::Buffer::new();
@@ -62,10 +71,14 @@ pub fn write_f64(out: &mut Vec<u8>, v: f64) {
 
 /// Appends a finite `f32` in its own shortest round-trip form (`0.1`, not the `f64` widening
 /// `0.10000000149011612`): plain decimals for exponents −6 to 12, scientific otherwise, with the
-/// same layout rules as [`write_f64`].
+/// same layout rules as [`write_f64`], a zero of either sign written `0.0` included.
 pub fn write_f32(out: &mut Vec<u8>, v: f32) {
     if !v.is_finite() {
         out.extend_from_slice(b"null");
+        return;
+    }
+    if v == 0.0 {
+        out.extend_from_slice(b"0.0");
         return;
     }
     let mut buf = zmij::Buffer::new();
@@ -189,7 +202,7 @@ mod tests {
             (1e15, "1000000000000000.0"),
             (0.00001, "0.00001"),
             (0.000001, "1e-6"),
-            (-0.0, "-0.0"),
+            (-0.0, "0.0"),
             (0.0, "0.0"),
             (1.5e300, "1.5e300"),
             (5e-324, "5e-324"),

@@ -47,7 +47,7 @@
 //! of the typed value alone (integers exact, floats in shortest round-trip form of the column's
 //! own width, strings with one fixed escaping, base16 lowercase, base64 standard padded, keys in
 //! schema order, map keys in the order stored, an absent nullable column and an explicit `null`
-//! both as `null`, `-0.0` already parsed as `0.0` by sonic-rs). So the typed Parquet value gives
+//! both as `null`, every float zero written `0.0`). So the typed Parquet value gives
 //! the bytes back; the tests check it on the shared data sets and on edge values.
 
 mod index;
