@@ -19,7 +19,9 @@
 //! control plane (a column added), its old log's table and its new log's both under
 //! `s3://BUCKET/prod/seam/`; our client from 1 and from EARLIEST reads both tables, oldest first,
 //! then the socket, every frame the live subscriber's (the old log's rows without the new
-//! column), and `corecast sub --catch-up` prints them.
+//! column), and `corecast sub --catch-up` prints them. A second migrated stream, with a
+//! retention of 2 s: once retention is past its seam, its old log's table is deleted from the
+//! bucket and the new log's stays.
 //!
 //! One test, so that the `AWS_*` environment is set once, before any other thread runs. Without
 //! an S3 server (`$CORECAST_MOTO_VENV` or `$AWS_ENDPOINT_URL`) it says so and passes, unless
@@ -548,7 +550,93 @@ fn seam_scenario(moto: &Moto, bucket: &str, pid: mpsc::Sender<u32>) {
         out.lines(),
         frames.iter().map(String::as_str).collect::<Vec<_>>()
     );
+    sealed_log_past_retention_on_s3(&setup, &server, &store, bucket, &ctl, &v2_file);
     assert_eq!(server.stop(), Some(0));
+}
+
+/// A second migrated stream on S3 with a retention of 2 s and a grace period of 1 s: once
+/// retention is past the seam the stream metadata lists no sealed log, and a second later the
+/// old log's table is gone from the bucket (every object under `prod/gone/gone/`) while the
+/// new log's (`prod/gone/gone-v2/`, a sibling whose name starts the same) stays.
+fn sealed_log_past_retention_on_s3(
+    setup: &Setup,
+    server: &Server,
+    store: &S3Options,
+    bucket: &str,
+    ctl: &dyn Fn(&[&str]),
+    v2_file: &std::path::Path,
+) {
+    let v1 = r#"{"type":"object","properties":{"i":{"type":"integer"}},"required":["i"]}"#;
+    let decl = setup.tmp.path().join("gone.json");
+    std::fs::write(
+        &decl,
+        format!(
+            r#"{{"schema":{v1},"seal_target_bytes":4096,"max_replay":20,"retention":"2s","published_grace_s":1,"published":"s3://{bucket}/prod"}}"#
+        ),
+    )
+    .unwrap();
+    ctl(&["create", "gone", decl.to_str().unwrap()]);
+    let url = server.url("gone");
+    let rows = |from: u64, to: u64, note: bool| {
+        (from..to)
+            .map(|i| {
+                if note {
+                    format!(r#"{{"i":{i},"note":null}}"#)
+                } else {
+                    format!(r#"{{"i":{i}}}"#)
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    support::live_frames(&url, &rows(1, 301, false), 1);
+    ctl(&["migrate", "gone", "--schema", v2_file.to_str().unwrap()]);
+    let old =
+        corecast_storage::published::Store::open(&format!("s3://{bucket}/prod/gone/gone"), store)
+            .expect("open");
+    let new = corecast_storage::published::Store::open(
+        &format!("s3://{bucket}/prod/gone/gone-v2"),
+        store,
+    )
+    .expect("open");
+    assert!(
+        !old.list("data").expect("list").is_empty(),
+        "the old log's table"
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    let hint = format!("s3://{bucket}/prod/gone/gone.metadata/version-hint.text");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut next = 301;
+    loop {
+        support::live_frames(&url, &rows(next, next + 50, true), next);
+        next += 50;
+        let gone = old.list("").expect("list");
+        if gone.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the old log's table is still on S3: {} objects, {:?}",
+            gone.len(),
+            PublishedTable::open(&hint, None, store).map(|t| t.logs().len())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let t = PublishedTable::open(&hint, None, store).expect("the stream's table");
+    assert_eq!(t.logs().len(), 1, "only the live log is listed");
+    assert_eq!(
+        t.logs()[0].table_uri(),
+        format!("s3://{bucket}/prod/gone/gone-v2")
+    );
+    assert!(
+        !new.list("data").expect("list").is_empty(),
+        "the new log's table"
+    );
+    let logs: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(setup.data().join("gone/logs.json")).expect("logs.json"),
+    )
+    .expect("JSON");
+    assert_eq!(logs["sealed"], serde_json::json!([]), "{logs}");
+    assert!(!setup.data().join("gone/segments").exists());
 }
 
 #[test]

@@ -394,6 +394,23 @@ fn a_key_over_max_keys_is_refused_counted_and_the_state_is_not_served() {
     let sse = http_get(server.addr, "/trades/events?state");
     assert_eq!(sse.status, 503);
     assert!(sse.text().contains("state_incomplete"), "{}", sse.text());
+    // a collection read: 503, but not retryable — it stays so until an operator acts
+    let read = http_get(server.addr, "/v1/streams/trades/state");
+    assert_eq!(read.status, 503);
+    let body: Value = sonic_rs::from_str(&read.text()).expect("JSON");
+    let error = body.get("error").expect("error");
+    assert_eq!(
+        error.get("code").and_then(|v| v.as_str()),
+        Some("state_incomplete"),
+        "{}",
+        read.text()
+    );
+    assert_eq!(
+        error.get("retryable").and_then(|v| v.as_bool()),
+        Some(false),
+        "{}",
+        read.text()
+    );
     assert!(
         server.stderr().contains("over max_keys (3)"),
         "{}",

@@ -1249,13 +1249,25 @@ fn our_catch_up_reads_across_the_seam() {
 /// sealed log (all older rows) is no longer listed in the stream metadata, so a catch-up from
 /// below the live table's floor is refused, naming the floor — listed, the seam would hold a
 /// hole that the official client reads across without a word, skipping the dropped rows.
+fn logs_json(home: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(home.join("logs.json")).expect("logs.json"))
+        .expect("logs.json is JSON")
+}
+
+fn parquet_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |d| {
+        d.filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".parquet"))
+            .count()
+    })
+}
+
 #[test]
-fn retention_past_the_seam_lists_no_sealed_log() {
+fn retention_past_the_seam_lists_no_sealed_log_then_deletes_its_files() {
     let setup = Setup::new();
-    let server = Server::start(Some(&setup.config(CONFIG)), &setup.data(), &[]);
+    let mut server = Server::start(Some(&setup.config(CONFIG)), &setup.data(), &[]);
     let a = server.addr;
-    let d =
-        json!({ "schema": v1(), "seal_target_bytes": 4096, "max_replay": 20, "retention": "2s" });
+    let d = json!({ "schema": v1(), "seal_target_bytes": 4096, "max_replay": 20, "retention": "2s", "published_grace_s": 1 });
     finished(a, &create(a, "r", &d));
     assert_eq!(publish(&server, "r", &rows(1, 301)).len(), 300);
     let op = migrate(a, "r", &v2());
@@ -1273,6 +1285,18 @@ fn retention_past_the_seam_lists_no_sealed_log() {
         assert!(Instant::now() < deadline, "no live table at the seam: {m}");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // the sealed log's files while it is listed: its table and its sealed segments
+    let home = setup.data().join("r");
+    let old_table = home.join("published/r");
+    assert!(
+        parquet_files(&old_table.join("data")) > 0,
+        "the old log's table"
+    );
+    assert!(
+        parquet_files(&home.join("segments")) > 0,
+        "the old log's segments"
+    );
+    assert_eq!(logs_json(&home)["sealed"].as_array().map(Vec::len), Some(1));
     // rows 2 s later: retention drops the live log's older files
     std::thread::sleep(Duration::from_millis(2500));
     let mut next = 701;
@@ -1306,4 +1330,52 @@ fn retention_past_the_seam_lists_no_sealed_log() {
         "{text}"
     );
     assert!(floor > seam, "{floor}");
+    // unlisted for the grace period (1 s), the sealed log's files go: its table and its
+    // sealed segments; logs.json forgets it; the live log's files stay
+    let live = home.join("logs/r-v2");
+    loop {
+        let logs = logs_json(&home);
+        if !old_table.exists() && !home.join("segments").exists() {
+            assert_eq!(logs["sealed"], json!([]), "{logs}");
+            assert!(logs.get("dropping").is_none(), "{logs}");
+            assert_eq!(logs["live"]["name"], "r-v2", "{logs}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sealed log's files are still there: {logs}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(parquet_files(&live.join("published/r-v2/data")) > 0);
+    assert!(parquet_files(&live.join("segments")) > 0);
+    // the stream metadata and the control plane's view are those of a stream whose history
+    // starts at the floor; the broker restarts on what is left and carries on
+    // (retention keeps dropping rows older than 2 s, so the subscriber asks for the last ten)
+    let check = |server: &Server, first: u64, next: u64| {
+        let m = stream_metadata(&setup.data(), "r");
+        assert_eq!(m["sealed_logs"], json!([]), "{m}");
+        assert!(m["live_log"]["start_offset"].as_u64() >= Some(first), "{m}");
+        let mut s = blocking::connect(
+            &server.url("r"),
+            SubscribeOptions {
+                offset: Some(Offset::At(next - 10)),
+                catch_up: true,
+                ..SubscribeOptions::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("from {}: {e}", next - 10));
+        for at in next - 10..next {
+            let row = s.next().expect("row").expect("a row");
+            assert_eq!(row.offset, Some(at));
+        }
+        s.close().expect("close");
+    };
+    check(&server, floor, next);
+    assert_eq!(server.stop(), Some(0));
+    server = Server::start(Some(&setup.config(CONFIG)), &setup.data(), &[]);
+    assert_eq!(publish(&server, "r", &rows(next, next + 1))[0], Some(next));
+    check(&server, floor, next + 1);
+    assert!(!old_table.exists() && !home.join("segments").exists());
+    assert_eq!(server.stop(), Some(0));
 }

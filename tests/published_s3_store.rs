@@ -154,6 +154,14 @@ fn put_get_put_file_delete_and_list_under_the_prefix() {
         root.list("prod/trades/data").expect("list"),
         ["prod/trades/data/11-99-b.parquet"]
     );
+    // the whole location: a sibling whose name it starts (a migrated stream's next log's
+    // table, `trades-v2` beside `trades`) is not in it, so deleting a sealed log's table
+    // leaves the next one's
+    root.put("prod/trades-v2/data/1-5.parquet", b"x")
+        .expect("put");
+    let all = store.list("").expect("list");
+    assert_eq!(all.len(), 3, "{all:?}");
+    assert!(all.iter().all(|k| !k.contains("trades-v2")), "{all:?}");
 }
 
 #[test]

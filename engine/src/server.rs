@@ -327,7 +327,16 @@ pub(crate) fn open_stream(sc: &StreamConfig, how: &OpenAs<'_>) -> Result<Opened,
                 ),
                 sealed_logs: logs.sealed_entries(),
             };
-            PublishJob::new(layout, info, index_db.dir().to_path_buf())
+            let expiry = (!logs.sealed.is_empty() || !logs.dropping.is_empty()).then(|| {
+                crate::tier::expiry::SealedExpiry::new(
+                    home.clone(),
+                    sc.name.clone(),
+                    s3.clone(),
+                    sc.published_grace,
+                    logs.clone(),
+                )
+            });
+            PublishJob::new(layout, info, index_db.dir().to_path_buf(), expiry)
         });
         tier_index = Some((
             index_db,

@@ -7,7 +7,8 @@
 //!  "durable": true, "exactly_once": false, "max_replay": 100000 | null,
 //!  "limits": {"max_backlog": 8192, "max_inbound": 65536, "max_in_flight": 64,
 //!             "max_message_bytes": 1048576},
-//!  "seal_target_bytes": 67108864, "retention": "7d" | null, "published": "local"}
+//!  "seal_target_bytes": 67108864, "retention": "7d" | null, "published": "local",
+//!  "published_grace_s": 600}
 //! ```
 //!
 //! `schema` is required (`null`: schema-less); every other key is optional. A key outside this
@@ -19,7 +20,7 @@ use serde_json::{json, Map, Value};
 use crate::config::{parse_published, parse_retention, EvictAfter, Published, StreamConfig};
 
 /// Keys a declaration takes at the top level.
-pub const KEYS: [&str; 8] = [
+pub const KEYS: [&str; 9] = [
     "schema",
     "durable",
     "exactly_once",
@@ -28,6 +29,7 @@ pub const KEYS: [&str; 8] = [
     "seal_target_bytes",
     "retention",
     "published",
+    "published_grace_s",
 ];
 
 /// Keys `limits` takes.
@@ -199,6 +201,11 @@ pub fn parse(name: &str, body: &Value) -> Result<Declaration, DeclError> {
             )))
         }
     }
+    if let Some(v) = obj.get("published_grace_s") {
+        tier_key("published_grace_s")?;
+        cfg.published_grace =
+            std::time::Duration::from_secs(int_in(v, "published_grace_s", 0, 30 * 86_400)?);
+    }
     if cfg.published == Published::Off {
         cfg.evict_after = EvictAfter::Sealed;
     }
@@ -236,6 +243,13 @@ pub fn canonical(cfg: &StreamConfig) -> Value {
         obj.insert("seal_target_bytes".into(), json!(cfg.seal_target_bytes));
         obj.insert("retention".into(), json!(retention));
         obj.insert("published".into(), json!(published));
+        // shown only when set: declarations stored before the key existed keep their text
+        if cfg.published_grace != crate::config::DEFAULT_PUBLISHED_GRACE {
+            obj.insert(
+                "published_grace_s".into(),
+                json!(cfg.published_grace.as_secs()),
+            );
+        }
     }
     v
 }
@@ -277,6 +291,45 @@ mod tests {
         // property order is kept: it is the column order
         assert!(d.canonical.find("\"b\"").unwrap() < d.canonical.find("\"a\"").unwrap());
         assert_eq!(decl(&d.canonical).unwrap().canonical, d.canonical);
+    }
+
+    #[test]
+    fn the_grace_period_is_declared_and_shown_when_not_the_default() {
+        let d = decl(r#"{"schema":null,"published_grace_s":5}"#).unwrap();
+        assert_eq!(d.cfg.published_grace, std::time::Duration::from_secs(5));
+        assert!(
+            d.canonical.contains(r#""published_grace_s":5"#),
+            "{}",
+            d.canonical
+        );
+        assert_eq!(decl(&d.canonical).unwrap().canonical, d.canonical);
+        // the default is not shown: a declaration stored before the key existed is unchanged
+        let d = decl(r#"{"schema":null,"published_grace_s":600}"#).unwrap();
+        assert!(
+            !d.canonical.contains("published_grace_s"),
+            "{}",
+            d.canonical
+        );
+        assert_eq!(d.canonical, decl(r#"{"schema":null}"#).unwrap().canonical);
+        for (body, needle) in [
+            (
+                r#"{"schema":null,"published_grace_s":-1}"#,
+                "published_grace_s must be a whole number in 0..=2592000; got -1",
+            ),
+            (
+                r#"{"schema":null,"published_grace_s":"10s"}"#,
+                "published_grace_s must be a whole number",
+            ),
+            (
+                r#"{"schema":null,"durable":false,"published_grace_s":5}"#,
+                "published_grace_s is set on a stream with durable false",
+            ),
+        ] {
+            match decl(body) {
+                Err(DeclError::Invalid(m)) => assert!(m.contains(needle), "{m}"),
+                other => panic!("{body}: {other:?}"),
+            }
+        }
     }
 
     #[test]

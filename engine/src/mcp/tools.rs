@@ -203,27 +203,21 @@ fn readable(
     name: &str,
 ) -> Result<std::sync::Arc<crate::registry::Stream>, Refused> {
     if !who.allows(Action::DataRead, name) {
-        return Err(Refused {
-            status: 403,
-            code: "forbidden",
-            message: format!(
+        return Err(Refused::new(
+            403,
+            "forbidden",
+            format!(
                 "principal {} needs the data.read grant on stream {name}",
                 who.name().unwrap_or("")
             ),
-            retry_after: false,
-        });
+        ));
     }
     ctx.shared
         .registry
         .load()
         .get(name)
         .cloned()
-        .ok_or_else(|| Refused {
-            status: 404,
-            code: "not_found",
-            message: format!("no such stream: {name}"),
-            retry_after: false,
-        })
+        .ok_or_else(|| Refused::new(404, "not_found", format!("no such stream: {name}")))
 }
 
 /// Runs `tools/call` with `params`. `wait_left_s` is what remains of the request's wait

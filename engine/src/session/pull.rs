@@ -115,6 +115,10 @@ pub struct Refused {
     pub message: String,
     /// A cap is full: answered 503 with `Retry-After: 30`.
     pub retry_after: bool,
+    /// The body's `retryable`: whether the same request may succeed later without anything
+    /// changed on the caller's side (a 5xx by default; `false` for a condition only the
+    /// operator clears, such as an incomplete keyed state).
+    pub retryable: bool,
 }
 
 impl Refused {
@@ -124,12 +128,13 @@ impl Refused {
             code,
             message: message.into(),
             retry_after: false,
+            retryable: status >= 500,
         }
     }
 
     /// The shared error body, `{"error":{"code","message","retryable",…}}`.
     pub fn body(&self) -> Vec<u8> {
-        json_error_body(self.code, &self.message, self.status >= 500)
+        json_error_body(self.code, &self.message, self.retryable)
     }
 
     /// The whole HTTP response.

@@ -91,11 +91,15 @@ fn unavailable(why: Unavailable) -> Refused {
             retry_after: true,
             ..Refused::new(503, "state_busy", super::OVER_BUDGET_MESSAGE)
         },
-        Unavailable::Incomplete => Refused::new(
-            503,
-            "state_incomplete",
-            "the keyed state is incomplete (a key over max_keys, or history lost; see the server log) and is not served",
-        ),
+        // not retryable: it stays so until the operator raises max_keys and restarts
+        Unavailable::Incomplete => Refused {
+            retryable: false,
+            ..Refused::new(
+                503,
+                "state_incomplete",
+                "the keyed state is incomplete (a key over max_keys, or history lost; see the server log) and is not served until the server restarts with it rebuilt",
+            )
+        },
         Unavailable::Stopped => Refused::new(503, "state_stopped", "server shutting down"),
     }
 }

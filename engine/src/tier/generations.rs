@@ -13,6 +13,10 @@
 //! PUBLISHED.md §3.2: the `live_log` keys plus `end_offset`, exclusive, and `end_ts`) with the
 //! number of rows its published table holds. A log that never held a row is not listed (it
 //! has no table); the next log still takes the next number.
+//!
+//! A sealed log past retention (no longer listed by the stream metadata, see
+//! [`super::expiry`]) moves to `dropping` while its files are deleted, and leaves the file
+//! once they are: writing that move is the point after which nothing reads the log again.
 
 use std::path::{Path, PathBuf};
 
@@ -46,6 +50,8 @@ pub struct Generations {
     pub live: LiveLog,
     /// The sealed ones, oldest first.
     pub sealed: Vec<SealedLog>,
+    /// Sealed logs past retention whose files are being deleted (absent from older files).
+    pub dropping: Vec<SealedLog>,
 }
 
 impl Generations {
@@ -59,6 +65,7 @@ impl Generations {
                 number: 1,
             },
             sealed: Vec::new(),
+            dropping: Vec::new(),
         }
     }
 
@@ -88,11 +95,30 @@ impl Generations {
         self.sealed.clone()
     }
 
+    /// The directory of the log `name` (one this stream's successors made, or its first),
+    /// given the stream's: the stream's own for its first log, `logs/<name>` for the others.
+    pub fn dir_of(&self, home: &Path, stream: &str, name: &str) -> PathBuf {
+        if name == stream {
+            home.to_path_buf()
+        } else {
+            home.join(LOGS_DIR).join(name)
+        }
+    }
+
     fn to_json(&self) -> Value {
-        json!({
+        let logs = |list: &[SealedLog]| {
+            list.iter()
+                .map(|s| json!({"entry": s.entry, "record_count": s.record_count}))
+                .collect::<Vec<_>>()
+        };
+        let mut v = json!({
             "live": {"name": self.live.name, "dir": self.live.dir, "start_offset": self.live.start_offset, "number": self.live.number},
-            "sealed": self.sealed.iter().map(|s| json!({"entry": s.entry, "record_count": s.record_count})).collect::<Vec<_>>(),
-        })
+            "sealed": logs(&self.sealed),
+        });
+        if !self.dropping.is_empty() {
+            v["dropping"] = json!(logs(&self.dropping));
+        }
+        v
     }
 
     fn from_json(v: &Value) -> Option<Generations> {
@@ -109,19 +135,31 @@ impl Generations {
                 start_offset: live.get("start_offset")?.as_u64()?,
                 number: live.get("number")?.as_u64()?,
             },
-            sealed: v
-                .get("sealed")?
-                .as_array()?
-                .iter()
-                .map(|s| {
-                    Some(SealedLog {
-                        entry: s.get("entry")?.clone(),
-                        record_count: s.get("record_count")?.as_u64()?,
-                    })
-                })
-                .collect::<Option<Vec<_>>>()?,
+            sealed: sealed_list(v.get("sealed")?)?,
+            dropping: match v.get("dropping") {
+                Some(d) => sealed_list(d)?,
+                None => Vec::new(),
+            },
         })
     }
+}
+
+fn sealed_list(v: &Value) -> Option<Vec<SealedLog>> {
+    v.as_array()?
+        .iter()
+        .map(|s| {
+            let entry = s.get("entry")?;
+            // a log's name is a file name in its stream's directory, nothing else
+            let name = entry.get("name")?.as_str()?;
+            if name.is_empty() || name.contains('/') || name == ".." || name == "." {
+                return None;
+            }
+            Some(SealedLog {
+                entry: entry.clone(),
+                record_count: s.get("record_count")?.as_u64()?,
+            })
+        })
+        .collect()
 }
 
 /// The logs of the stream in `home` (its directory) called `stream`; [`Generations::first`]
@@ -134,7 +172,7 @@ pub fn load(home: &Path, stream: &str) -> Result<Generations, String> {
                 .map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
             Generations::from_json(&v).ok_or_else(|| {
                 format!(
-                    "{}: not a list of logs (live.name, live.dir, live.start_offset, sealed[].entry, sealed[].record_count)",
+                    "{}: not a list of logs (live.name, live.dir, live.start_offset, sealed[].entry with its name, sealed[].record_count)",
                     path.display()
                 )
             })
@@ -193,6 +231,7 @@ mod tests {
                 entry: json!({"name": "t", "start_offset": 1, "end_offset": 101}),
                 record_count: 100,
             }],
+            dropping: Vec::new(),
         };
         save(dir.path(), &g).expect("save");
         assert_eq!(load(dir.path(), "t").expect("load"), g);

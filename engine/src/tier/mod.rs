@@ -13,6 +13,7 @@
 //! (the first offset any tier holds) is the lower of the first segment's first offset and the
 //! hot floor.
 
+pub mod expiry;
 pub mod generations;
 pub mod maintenance;
 pub mod publish;

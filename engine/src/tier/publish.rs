@@ -1,6 +1,7 @@
 //! Publishing, as the maintenance threads run it: each durable stream's sealed segments go to
 //! its Iceberg table ([`Publisher`]), retention is applied to the table too, and files no kept
-//! version names are deleted after the grace period.
+//! version names are deleted after the grace period, as are the files of a migrated stream's
+//! sealed logs once retention is past them ([`SealedExpiry`]).
 //!
 //! In: the stream's recorded segments ([`TierState`](super::TierState)) and its [`Layout`].
 //! Out: table commits, and the `published_*` counters of the stream's `TierState` (the serving
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 use corecast_storage::published::{Layout, Publisher, SegmentToPublish, StreamInfo};
 use corecast_storage::tier::SegmentEntry;
 
+use super::expiry::SealedExpiry;
 use crate::registry::{now_us, Stream};
 
 /// The first back-off after a failed publish; it doubles up to [`MAX_BACKOFF`].
@@ -43,12 +45,20 @@ pub struct PublishJob {
     /// The table's end after each of the last kept commits, oldest first: a catch-up client
     /// that read any kept version resumes at one of these.
     ends: std::collections::VecDeque<u64>,
+    /// The sealed logs' expiry (`None`: a stream never migrated).
+    expiry: Option<SealedExpiry>,
 }
 
 impl PublishJob {
     /// A job publishing to `layout`; the publisher opens on the first turn (a store that is
-    /// down at start delays publishing, not serving).
-    pub fn new(layout: Layout, info: StreamInfo, segments_dir: PathBuf) -> PublishJob {
+    /// down at start delays publishing, not serving). `expiry` deletes the sealed logs past
+    /// retention.
+    pub fn new(
+        layout: Layout,
+        info: StreamInfo,
+        segments_dir: PathBuf,
+        expiry: Option<SealedExpiry>,
+    ) -> PublishJob {
         PublishJob {
             layout,
             info,
@@ -58,6 +68,7 @@ impl PublishJob {
             backoff: FIRST_BACKOFF,
             gc_at: Instant::now() + GC_EVERY,
             ends: std::collections::VecDeque::new(),
+            expiry,
         }
     }
 
@@ -161,6 +172,15 @@ impl PublishJob {
             if n > 0 {
                 st.tiers.publishes.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(stream = %st.cfg.name, files = n, "retention removed published files older than {}s", retention.as_secs());
+            }
+        }
+        // a sealed log no longer listed (retention reached the live log) for the grace period
+        if let Some(expiry) = self.expiry.as_mut() {
+            let gone = expiry
+                .turn(p.lists_sealed_logs())
+                .map_err(|e| format!("deleting sealed logs past retention: {e}"))?;
+            if !gone.is_empty() {
+                self.info.sealed_logs = expiry.sealed().to_vec();
             }
         }
         let end = p.end();

@@ -439,7 +439,10 @@ mod remote {
         }
 
         fn path(&self, key: &str) -> ObjPath {
-            if self.prefix.is_empty() {
+            if key.is_empty() {
+                // the location itself: `list("")` lists everything under it
+                ObjPath::from(self.prefix.as_str())
+            } else if self.prefix.is_empty() {
                 ObjPath::from(key)
             } else {
                 ObjPath::from(format!("{}/{key}", self.prefix))

@@ -1021,10 +1021,21 @@ impl Publisher {
         })
     }
 
+    /// Whether the stream metadata (as [`Publisher`] writes it) lists sealed logs: `false`
+    /// once retention has reached this log (`listed_sealed_logs`), and when there are none.
+    pub fn lists_sealed_logs(&self) -> bool {
+        !listed_sealed_logs(&self.info.sealed_logs, self.start()).is_empty()
+    }
+
+    /// The first offset the table holds (its end when it holds none), at least 1.
+    fn start(&self) -> u64 {
+        self.files.first().map_or(self.end, |f| f.first).max(1)
+    }
+
     /// Writes the stream metadata (a new version, its hint, the plain copy) when what it says
     /// differs from what was last written: at creation, and when retention moves the floor.
     fn ensure_stream_metadata(&mut self) -> Result<(), PublishError> {
-        let start = self.files.first().map_or(self.end, |f| f.first).max(1);
+        let start = self.start();
         let start_ts = self.files.first().map(|f| f.min_ts);
         let sealed = listed_sealed_logs(&self.info.sealed_logs, start);
         let doc = stream_metadata(
