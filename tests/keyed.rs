@@ -394,6 +394,11 @@ fn a_key_over_max_keys_is_refused_counted_and_the_state_is_not_served() {
     let sse = http_get(server.addr, "/trades/events?state");
     assert_eq!(sse.status, 503);
     assert!(sse.text().contains("state_incomplete"), "{}", sse.text());
+    assert!(
+        sse.text().contains(r#""retryable":false"#),
+        "{}",
+        sse.text()
+    );
     // a collection read: 503, but not retryable — it stays so until an operator acts
     let read = http_get(server.addr, "/v1/streams/trades/state");
     assert_eq!(read.status, 503);

@@ -423,13 +423,9 @@ pub async fn serve(
             Ok(s) => Some(s),
             Err(why) => {
                 super::metrics::count_refusal(503);
-                let msg = match why {
-                    crate::state::Unavailable::Busy => "the state thread's request queue is full; retry later",
-                    crate::state::Unavailable::OverBudget => crate::state::OVER_BUDGET_MESSAGE,
-                    crate::state::Unavailable::Incomplete => "the keyed state is incomplete (a key over max_keys, or history lost; see the server log) and is not served",
-                    crate::state::Unavailable::Stopped => "server shutting down",
-                };
-                let _ = wr.write_all(error(503, why.code(), msg, true)).await;
+                let _ = wr
+                    .write_all(error(503, why.code(), why.message(), why.retryable()))
+                    .await;
                 let _ = wr.shutdown().await;
                 return;
             }

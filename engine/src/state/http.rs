@@ -82,25 +82,11 @@ fn keyed(st: &Stream) -> Result<&Keyed, Refused> {
 }
 
 fn unavailable(why: Unavailable) -> Refused {
-    match why {
-        Unavailable::Busy => Refused {
-            retry_after: true,
-            ..Refused::new(503, "state_busy", "the state thread's request queue is full; retry later")
-        },
-        Unavailable::OverBudget => Refused {
-            retry_after: true,
-            ..Refused::new(503, "state_busy", super::OVER_BUDGET_MESSAGE)
-        },
-        // not retryable: it stays so until the operator raises max_keys and restarts
-        Unavailable::Incomplete => Refused {
-            retryable: false,
-            ..Refused::new(
-                503,
-                "state_incomplete",
-                "the keyed state is incomplete (a key over max_keys, or history lost; see the server log) and is not served until the server restarts with it rebuilt",
-            )
-        },
-        Unavailable::Stopped => Refused::new(503, "state_stopped", "server shutting down"),
+    Refused {
+        // a full queue or budget: retry after a while
+        retry_after: matches!(why, Unavailable::Busy | Unavailable::OverBudget),
+        retryable: why.retryable(),
+        ..Refused::new(503, why.code(), why.message())
     }
 }
 

@@ -123,6 +123,22 @@ impl Unavailable {
             Unavailable::Stopped => "state_stopped",
         }
     }
+
+    /// One line for the reader: what is wrong and whether to try again.
+    pub fn message(self) -> &'static str {
+        match self {
+            Unavailable::Busy => "the state thread's request queue is full; retry later",
+            Unavailable::OverBudget => OVER_BUDGET_MESSAGE,
+            Unavailable::Incomplete => "the keyed state is incomplete (a key over max_keys, or history lost; see the server log) and is not served until the server restarts with it rebuilt",
+            Unavailable::Stopped => "server shutting down",
+        }
+    }
+
+    /// Whether the same read may succeed later with nothing changed on the reader's side:
+    /// not for an incomplete state, which stays so until the operator acts.
+    pub fn retryable(self) -> bool {
+        self != Unavailable::Incomplete
+    }
 }
 
 /// The state as one reader selected it, rendered.
