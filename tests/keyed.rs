@@ -298,6 +298,29 @@ fn trades_by_symbol_snapshot_then_live_has_no_gap_and_no_duplicate_while_publish
         assert_eq!(&data, want);
         assert_eq!(id, Some(offset_of(want).to_string()));
     }
+    // where the copy ends: the snapshot's offset, what it held, its oldest version; no id of
+    // its own (the last event id stays the last entity's: a reconnect resumes after it)
+    let (id, event, data) = sse.next_event(Duration::from_secs(10)).expect("the marker");
+    let oldest = expected
+        .iter()
+        .map(|f| offset_of(f))
+        .min()
+        .expect("entities");
+    let newest = expected
+        .iter()
+        .map(|f| offset_of(f))
+        .max()
+        .expect("entities");
+    assert_eq!(event, "state");
+    assert_eq!(id, Some(newest.to_string()));
+    assert_eq!(
+        data,
+        format!(
+            r#"{{"at":{},"entities":{},"first":{oldest}}}"#,
+            total + 1,
+            expected.len()
+        )
+    );
     publish_batch(&server, "trades", &lines[..2]);
     for k in 0..2 {
         let (_, _, data) = sse

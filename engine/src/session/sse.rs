@@ -467,7 +467,23 @@ pub async fn serve(
     if let Some(s) = snapshot {
         let mut hold = s.hold;
         let mut fv = FrameVec::new();
-        let mut chunks = s.chunks.into_iter().peekable();
+        // after the entities, in their last write: where the copy ends and the log resumes
+        let mut marker = Vec::with_capacity(96);
+        let first = s.first.map_or("null".to_string(), |v| v.to_string());
+        sse::push_named_event(
+            "state",
+            format!(
+                "{{\"at\":{},\"entities\":{},\"first\":{first}}}",
+                s.at, s.entities
+            )
+            .as_bytes(),
+            &mut marker,
+        );
+        let mut chunks = s
+            .chunks
+            .into_iter()
+            .chain(std::iter::once(bytes::Bytes::from(marker)))
+            .peekable();
         while let Some(chunk) = chunks.next() {
             let last = chunks.peek().is_none();
             fv.push(chunk);
