@@ -321,6 +321,55 @@ fn trades_by_symbol_snapshot_then_live_has_no_gap_and_no_duplicate_while_publish
             expected.len()
         )
     );
+    // corecast sub --state: the same snapshot, each frame as received; with --where the
+    // selection's; --state with --offset is a usage error
+    let url = server.url("trades");
+    let out = corecast_run(
+        &[
+            "sub",
+            &url,
+            "--state",
+            "--count",
+            &expected.len().to_string(),
+        ],
+        None,
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(
+        out.lines(),
+        expected.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    let buying = fold(&frames, &symbol_key, &|_| false, &buys);
+    let out = corecast_run(
+        &[
+            "sub",
+            &url,
+            "--state",
+            "--where",
+            r#"{"side":"buy"}"#,
+            "--count",
+            &buying.len().to_string(),
+        ],
+        None,
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(
+        out.lines(),
+        buying.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    let out = corecast_run(
+        &["sub", &url, "--state", "--offset", "5"],
+        None,
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(
+        out.stderr.contains("--state") && out.stderr.contains("--offset"),
+        "{}",
+        out.stderr
+    );
     publish_batch(&server, "trades", &lines[..2]);
     for k in 0..2 {
         let (_, _, data) = sse

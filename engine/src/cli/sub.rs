@@ -1,4 +1,4 @@
-//! `corecast sub URL [--offset N|earliest] [--where JSON] [--cursor FILE] [--catch-up [--catch-up-retries N]] [--count N] [--rows-only]`.
+//! `corecast sub URL [--offset N|earliest | --state] [--where JSON] [--cursor FILE] [--catch-up [--catch-up-retries N]] [--count N] [--rows-only]`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,6 +39,11 @@ pub struct SubArgs {
     /// refusing (it moves on while the table is read).
     #[arg(long, value_name = "N", default_value_t = corecast_net::client::CATCH_UP_RETRIES, requires = "catch_up")]
     pub catch_up_retries: u32,
+    /// On a keyed stream: start with its state — the latest row of each key (matching
+    /// --where), in offset order — then every row live. With --cursor, a saved position wins
+    /// (the log after it completes the copy).
+    #[arg(long, conflicts_with_all = ["offset", "catch_up"])]
+    pub state: bool,
     /// Stop after N rows.
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
@@ -55,7 +60,8 @@ const fn const_format_help() -> &'static str {
         "  corecast sub ws://127.0.0.1:8765/trades --offset earliest --count 100\n",
         "  corecast sub ws://127.0.0.1:8765/trades --offset 1200 --where '{\"side\":1}'\n",
         "  corecast sub ws://127.0.0.1:8765/trades --cursor trades.cursor --offset earliest   # resumable\n",
-        "  corecast sub ws://127.0.0.1:8765/trades --offset 1 --catch-up  # older rows from the published table\n\n",
+        "  corecast sub ws://127.0.0.1:8765/trades --offset 1 --catch-up  # older rows from the published table\n",
+        "  corecast sub ws://127.0.0.1:8765/quotes --state               # the latest row per key, then live\n\n",
         crate::credentials_help!(),
         crate::exit_codes_help!()
     )
@@ -96,6 +102,7 @@ pub fn run(args: SubArgs) -> ExitCode {
         catch_up: args.catch_up,
         catch_up_retries: args.catch_up_retries,
         authorization: super::credentials::for_url(&args.url),
+        state: args.state,
     };
     let sub = match blocking::connect(&args.url, opts) {
         Ok(s) => s,

@@ -93,6 +93,13 @@ pub struct SubscribeOptions {
     /// The `Authorization` header sent with every upgrade (e.g. `Bearer TOKEN`); `None`: the
     /// URL's userinfo (`ws://user:password@host/…`, sent as HTTP Basic), if any.
     pub authorization: Option<String>,
+    /// On a keyed stream, start with its state (`?state`, PROTOCOL.md §8): the latest row of
+    /// each key (that matches [`SubscribeOptions::where_json`]) in offset order, then every
+    /// row from the snapshot's offset on, live. A start of its own: with `offset` or
+    /// `catch_up` it is a [`ClientError::Usage`]; with a cursor file that holds a position the
+    /// subscription resumes after it instead (the snapshot came in offset order, so the log
+    /// from there completes the copy).
+    pub state: bool,
 }
 
 impl Default for SubscribeOptions {
@@ -104,6 +111,7 @@ impl Default for SubscribeOptions {
             catch_up: false,
             catch_up_retries: CATCH_UP_RETRIES,
             authorization: None,
+            state: false,
         }
     }
 }
@@ -226,6 +234,29 @@ impl Row {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn state_is_a_start_of_its_own() {
+        // refused before anything connects (nothing listens on port 1)
+        for opts in [
+            SubscribeOptions {
+                state: true,
+                offset: Some(Offset::At(5)),
+                ..SubscribeOptions::default()
+            },
+            SubscribeOptions {
+                state: true,
+                catch_up: true,
+                ..SubscribeOptions::default()
+            },
+        ] {
+            match blocking::connect("ws://127.0.0.1:1/quotes", opts) {
+                Err(ClientError::Usage(m)) => assert!(m.contains("state"), "{m}"),
+                Err(e) => panic!("{e}"),
+                Ok(_) => panic!("connected"),
+            }
+        }
+    }
 
     #[test]
     fn rows_parse_exactly() {

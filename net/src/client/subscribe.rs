@@ -40,6 +40,12 @@ pub async fn connect(url: &str, opts: SubscribeOptions) -> Result<Subscription, 
     if let Some(a) = &opts.authorization {
         target.authorization = Some(a.clone());
     }
+    if opts.state && (opts.offset.is_some() || opts.catch_up) {
+        return Err(ClientError::Usage(
+            "state is a start of its own (the keyed state, then live): not with an offset or catch-up"
+                .into(),
+        ));
+    }
     if opts.catch_up && cfg!(not(feature = "catch-up")) {
         return Err(ClientError::Usage(
             "catch-up needs corecast-net built with the `catch-up` feature".into(),
@@ -50,12 +56,15 @@ pub async fn connect(url: &str, opts: SubscribeOptions) -> Result<Subscription, 
         None => None,
     };
     // an explicit offset wins; the file still seeds the forward-only guard of its saves
-    let offset = match (opts.offset, cursor.as_ref().and_then(Cursor::resume_at)) {
+    let resume = cursor.as_ref().and_then(Cursor::resume_at);
+    let offset = match (opts.offset, resume) {
         (Some(o), _) => o,
         (None, Some(n)) => Offset::At(n),
         (None, None) => Offset::Live,
     };
-    match open(&target, offset, opts.where_json.as_deref()).await {
+    // the state only when nothing says where the reader already is
+    let state = opts.state && resume.is_none();
+    match open_with(&target, offset, opts.where_json.as_deref(), state).await {
         Ok((ws, greeting)) => Ok(Subscription {
             ws: Some(ws),
             greeting,
@@ -98,6 +107,16 @@ pub(super) async fn open(
     offset: Offset,
     where_json: Option<&str>,
 ) -> Result<(WsConn, Greeting), ClientError> {
+    open_with(target, offset, where_json, false).await
+}
+
+/// [`open`], starting with the keyed state when `state` (then `offset` is [`Offset::Live`]).
+async fn open_with(
+    target: &Target,
+    offset: Offset,
+    where_json: Option<&str>,
+    state: bool,
+) -> Result<(WsConn, Greeting), ClientError> {
     let offset_text = match offset {
         Offset::Live => None,
         Offset::Earliest => Some("0".to_string()),
@@ -109,6 +128,10 @@ pub(super) async fn open(
     }
     if let Some(w) = where_json {
         query.push(("where", Some(w)));
+    }
+    if state {
+        debug_assert!(offset_text.is_none(), "state with an offset");
+        query.push(("state", None));
     }
     let addr = target.resolve()?;
     let mut ws = WsConn::open(addr, target, &target.path_and_query(&query)).await?;
