@@ -1379,3 +1379,30 @@ fn retention_past_the_seam_lists_no_sealed_log_then_deletes_its_files() {
     assert!(!old_table.exists() && !home.join("segments").exists());
     assert_eq!(server.stop(), Some(0));
 }
+
+#[test]
+fn a_log_that_never_held_a_row_leaves_no_directory_behind() {
+    let setup = Setup::new();
+    let server = Server::start(Some(&setup.config(CONFIG)), &setup.data(), &[]);
+    let a = server.addr;
+    let d = json!({ "schema": v1(), "seal_target_bytes": 4096, "max_replay": 20 });
+    finished(a, &create(a, "e", &d));
+    assert_eq!(publish(&server, "e", &rows(1, 11)).len(), 10);
+    assert_eq!(finished(a, &migrate(a, "e", &v2()))["state"], "succeeded");
+    let home = setup.data().join("e");
+    assert!(home.join("logs/e-v2").is_dir());
+    // a second migration with nothing published between: e-v2 never held a row
+    let v3 = json!({"type": "object", "properties": {"i": {"type": "integer"}, "note": {"type": ["string", "null"]}, "more": {"type": ["integer", "null"]}}, "required": ["i"]});
+    assert_eq!(finished(a, &migrate(a, "e", &v3))["state"], "succeeded");
+    let logs = logs_json(&home);
+    assert_eq!(logs["live"]["name"], "e-v3", "{logs}");
+    assert_eq!(logs["sealed"].as_array().map(Vec::len), Some(1), "{logs}");
+    assert!(
+        !home.join("logs/e-v2").exists(),
+        "the empty log's directory is gone"
+    );
+    assert!(home.join("logs/e-v3").is_dir());
+    // the offsets go on from the seam
+    assert_eq!(publish(&server, "e", &rows(11, 12))[0], Some(11));
+    assert_eq!(server.stop(), Some(0));
+}

@@ -331,6 +331,10 @@ pub(crate) fn open_stream(sc: &StreamConfig, how: &OpenAs<'_>) -> Result<Opened,
                 crate::tier::expiry::SealedExpiry::new(
                     home.clone(),
                     sc.name.clone(),
+                    match &sc.published {
+                        Published::At(_) => Some(layout.published.clone()),
+                        _ => None,
+                    },
                     s3.clone(),
                     sc.published_grace,
                     logs.clone(),

@@ -255,6 +255,20 @@ pub fn migrate_log(
         Err(e) => return Err(format!("deleting the old log's spare segment: {e}")),
     }
     generations::save(&home, &after)?;
+    // a log that never held a row is listed nowhere and read by nothing: its directory (its
+    // meta.db, its emptied hot log) goes now, or it would stay for good (the stream's first
+    // log's directory is the stream's own, and stays)
+    if status.floor.is_none() && !logs.is_first() {
+        // nothing of it stays open
+        drop(meta);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(stream = %name, "the empty log {} is left in place: deleting it: {e}", dir.display())
+            }
+        }
+    }
     fault("committed");
     write_metadata(cfg, &home, &after, s3, seam)?;
     Ok(Migrated::Sealed {

@@ -151,7 +151,12 @@ fn sealed_list(v: &Value) -> Option<Vec<SealedLog>> {
             let entry = s.get("entry")?;
             // a log's name is a file name in its stream's directory, nothing else
             let name = entry.get("name")?.as_str()?;
-            if name.is_empty() || name.contains('/') || name == ".." || name == "." {
+            if name.is_empty()
+                || name.contains(['/', '\\'])
+                || name.chars().any(char::is_control)
+                || name == ".."
+                || name == "."
+            {
                 return None;
             }
             Some(SealedLog {

@@ -77,6 +77,8 @@ pub struct TierState {
     pub publish_failures: AtomicU64,
     /// The last publishing error, if the last attempt failed.
     pub publish_error: Mutex<Option<String>>,
+    /// The last error deleting sealed logs past retention (`expiry.rs`), until it succeeds.
+    pub sealed_logs_error: Mutex<Option<String>>,
 }
 
 impl TierState {
@@ -173,6 +175,22 @@ impl TierState {
     /// The last publishing error, if any.
     pub fn publish_error(&self) -> Option<String> {
         self.publish_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Notes an error deleting sealed logs (kept for `/stats` until the next success).
+    pub fn set_sealed_logs_error(&self, error: Option<String>) {
+        *self
+            .sealed_logs_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = error;
+    }
+
+    /// The last error deleting sealed logs, if any.
+    pub fn sealed_logs_error(&self) -> Option<String> {
+        self.sealed_logs_error
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
@@ -275,7 +293,7 @@ fn published_json(st: &crate::registry::Stream, end: u64) -> String {
         _ => format!("file://{}/published", st.dir.display()),
     };
     format!(
-        "{{\"location\":{},\"metadata_hint\":{},\"first_offset\":{},\"end_offset\":{},\"files\":{},\"rows\":{},\"bytes\":{},\"version\":{},\"lag\":{{\"rows\":{},\"seconds\":{}}},\"evict_after\":{},\"publishes\":{},\"failures\":{},\"last_error\":{}}}",
+        "{{\"location\":{},\"metadata_hint\":{},\"first_offset\":{},\"end_offset\":{},\"files\":{},\"rows\":{},\"bytes\":{},\"version\":{},\"lag\":{{\"rows\":{},\"seconds\":{}}},\"evict_after\":{},\"publishes\":{},\"failures\":{},\"last_error\":{},\"sealed_logs_error\":{}}}",
         js(Some(&location)),
         js(st.metadata_hint.as_deref()),
         if floor == 0 { "null".to_string() } else { floor.to_string() },
@@ -293,5 +311,6 @@ fn published_json(st: &crate::registry::Stream, end: u64) -> String {
         t.publishes.load(Ordering::Relaxed),
         t.publish_failures.load(Ordering::Relaxed),
         js(t.publish_error().as_deref()),
+        js(t.sealed_logs_error().as_deref()),
     )
 }

@@ -33,6 +33,9 @@ const SEGMENTS_PER_COMMIT: usize = 16;
 /// How often garbage is looked for.
 const GC_EVERY: Duration = Duration::from_secs(10);
 
+/// How long after a failed deletion of sealed logs it is tried again.
+const EXPIRY_RETRY: Duration = Duration::from_secs(60);
+
 /// One stream's publishing state on its maintenance thread.
 pub struct PublishJob {
     layout: Layout,
@@ -47,6 +50,8 @@ pub struct PublishJob {
     ends: std::collections::VecDeque<u64>,
     /// The sealed logs' expiry (`None`: a stream never migrated).
     expiry: Option<SealedExpiry>,
+    /// After a failed expiry turn: when to try again.
+    expiry_retry_at: Option<Instant>,
 }
 
 impl PublishJob {
@@ -69,6 +74,7 @@ impl PublishJob {
             gc_at: Instant::now() + GC_EVERY,
             ends: std::collections::VecDeque::new(),
             expiry,
+            expiry_retry_at: None,
         }
     }
 
@@ -87,6 +93,7 @@ impl PublishJob {
                     tracing::info!(stream = %st.cfg.name, "publishing recovered");
                     st.tiers.set_publish_error(None);
                 }
+                self.expire_sealed_logs(st, now);
                 more
             }
             Err(e) => {
@@ -174,15 +181,6 @@ impl PublishJob {
                 tracing::info!(stream = %st.cfg.name, files = n, "retention removed published files older than {}s", retention.as_secs());
             }
         }
-        // a sealed log no longer listed (retention reached the live log) for the grace period
-        if let Some(expiry) = self.expiry.as_mut() {
-            let gone = expiry
-                .turn(p.lists_sealed_logs())
-                .map_err(|e| format!("deleting sealed logs past retention: {e}"))?;
-            if !gone.is_empty() {
-                self.info.sealed_logs = expiry.sealed().to_vec();
-            }
-        }
         let end = p.end();
         if let Some(s) = segments
             .iter()
@@ -243,6 +241,38 @@ impl PublishJob {
         }
         self.observe(st, &segments);
         Ok(more)
+    }
+
+    /// Deletes the sealed logs the stream metadata has not listed for the grace period
+    /// ([`SealedExpiry`]). Its own error (shown in `/stats` as `sealed_logs_error`, logged
+    /// once per distinct message, tried again a minute later) never holds up publishing.
+    fn expire_sealed_logs(&mut self, st: &Stream, now: Instant) {
+        let (Some(expiry), Some(p)) = (self.expiry.as_mut(), self.publisher.as_ref()) else {
+            return;
+        };
+        if expiry.idle() || self.expiry_retry_at.is_some_and(|at| now < at) {
+            return;
+        }
+        match expiry.turn(&p.unlisted_sealed_logs()) {
+            Ok(gone) => {
+                self.expiry_retry_at = None;
+                if !gone.is_empty() {
+                    self.info.sealed_logs = expiry.sealed().to_vec();
+                }
+                if st.tiers.sealed_logs_error().is_some() {
+                    tracing::info!(stream = %st.cfg.name, "deleting sealed logs past retention recovered");
+                    st.tiers.set_sealed_logs_error(None);
+                }
+            }
+            Err(e) => {
+                let e = format!("deleting sealed logs past retention: {e}");
+                if st.tiers.sealed_logs_error().as_deref() != Some(e.as_str()) {
+                    tracing::warn!(stream = %st.cfg.name, "{e} (tried again in {}s; publishing goes on)", EXPIRY_RETRY.as_secs());
+                }
+                st.tiers.set_sealed_logs_error(Some(e));
+                self.expiry_retry_at = Some(now + EXPIRY_RETRY);
+            }
+        }
     }
 
     /// Copies the publisher's extent into the stream's counters, and the age of the oldest row

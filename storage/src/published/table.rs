@@ -96,22 +96,32 @@ pub struct SealedLog {
     pub record_count: u64,
 }
 
-/// The sealed logs the stream metadata lists when the live log's table starts at `start`: all
-/// of them while the last one ends there (or past it), none once retention has dropped the live
-/// log's first rows. Every sealed log's rows are older than any row of the live log, so they
-/// are past retention too; listed, they would put a hole at the seam that the official client
-/// reads across without a word (it checks the seam by row counts only: PUBLISHED.md §5.3),
-/// skipping the rows retention dropped. Unlisted, a catch-up from below `start` is refused,
-/// as on a stream never migrated.
+/// The sealed logs the stream metadata lists when the live log's table starts at `start`: the
+/// newest ones that join it without a hole — the last ending at `start` (or past it), each
+/// other ending where the next one starts (or past it). So none once retention has dropped
+/// the live log's first rows, and none older than a hole between two sealed logs (a log
+/// migrated after retention had dropped its first rows starts past the end of the one before
+/// it). Every sealed log older than a hole holds rows older than those retention dropped, so
+/// it is past retention too; listed, it would put a hole in the history that the official
+/// client reads across without a word (it checks the seams by row counts only: PUBLISHED.md
+/// §5.3), skipping the rows retention dropped. Unlisted, a catch-up from below the first
+/// listed offset is refused, as on a stream never migrated. An entry without its offsets is
+/// taken to join.
 pub fn listed_sealed_logs(sealed: &[SealedLog], start: u64) -> &[SealedLog] {
-    let end = sealed
-        .last()
-        .and_then(|s| s.entry.get("end_offset"))
-        .and_then(serde_json::Value::as_u64);
-    match end {
-        Some(end) if end < start => &[],
-        _ => sealed,
+    let offset = |s: &SealedLog, key: &str| s.entry.get(key).and_then(serde_json::Value::as_u64);
+    let mut next_start = Some(start);
+    let mut first = sealed.len();
+    while first > 0 {
+        let log = &sealed[first - 1];
+        if let (Some(end), Some(next)) = (offset(log, "end_offset"), next_start) {
+            if end < next {
+                break;
+            }
+        }
+        next_start = offset(log, "start_offset");
+        first -= 1;
     }
+    &sealed[first..]
 }
 
 /// The stream manifest (PUBLISHED.md §3.2): one row per sealed log, `log`, `start_offset`,
@@ -1021,10 +1031,16 @@ impl Publisher {
         })
     }
 
-    /// Whether the stream metadata (as [`Publisher`] writes it) lists sealed logs: `false`
-    /// once retention has reached this log (`listed_sealed_logs`), and when there are none.
-    pub fn lists_sealed_logs(&self) -> bool {
-        !listed_sealed_logs(&self.info.sealed_logs, self.start()).is_empty()
+    /// The names of the sealed logs the stream metadata (as [`Publisher`] writes it) does not
+    /// list (`listed_sealed_logs`): past retention, oldest first.
+    pub fn unlisted_sealed_logs(&self) -> Vec<String> {
+        let all = &self.info.sealed_logs;
+        let listed = listed_sealed_logs(all, self.start()).len();
+        all[..all.len() - listed]
+            .iter()
+            .filter_map(|s| s.entry.get("name").and_then(Value::as_str))
+            .map(str::to_string)
+            .collect()
     }
 
     /// The first offset the table holds (its end when it holds none), at least 1.
@@ -1364,4 +1380,49 @@ fn version_from_json(text: &str) -> Result<Version, PublishError> {
             metadata_file: st(&s["metadata_file"]),
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(name: &str, start: u64, end: u64) -> SealedLog {
+        SealedLog {
+            entry: json!({"name": name, "start_offset": start, "end_offset": end}),
+            record_count: end - start,
+        }
+    }
+
+    fn names(logs: &[SealedLog]) -> Vec<&str> {
+        logs.iter()
+            .filter_map(|l| l.entry["name"].as_str())
+            .collect()
+    }
+
+    #[test]
+    fn sealed_logs_are_listed_back_to_the_first_hole() {
+        let sealed = [log("t", 1, 301), log("t-v2", 301, 801)];
+        // the live table starts at the last seam: both
+        assert_eq!(names(listed_sealed_logs(&sealed, 801)), ["t", "t-v2"]);
+        // retention has dropped the live log's first rows: none
+        assert!(listed_sealed_logs(&sealed, 900).is_empty());
+        // a migration made after retention had dropped t-v2's first rows (301..620): t-v2
+        // starts past t's end, so t is past retention and unlisted
+        let holed = [log("t", 1, 301), log("t-v2", 621, 801)];
+        assert_eq!(names(listed_sealed_logs(&holed, 801)), ["t-v2"]);
+        assert!(listed_sealed_logs(&holed, 802).is_empty());
+        // three logs, the hole between the second and the third
+        let three = [log("t", 1, 11), log("t-v2", 11, 21), log("t-v3", 30, 40)];
+        assert_eq!(names(listed_sealed_logs(&three, 40)), ["t-v3"]);
+        // an entry without offsets is taken to join
+        let bare = [
+            SealedLog {
+                entry: json!({"name": "t"}),
+                record_count: 0,
+            },
+            log("t-v2", 11, 21),
+        ];
+        assert_eq!(names(listed_sealed_logs(&bare, 21)), ["t", "t-v2"]);
+        assert!(listed_sealed_logs(&[], 5).is_empty());
+    }
 }
