@@ -1116,6 +1116,23 @@ fn refusals_carry_exact_codes_and_reasons() {
             4400,
             br(r#"where= names unknown column "nope""#),
         ),
+        // a value no row of its column can hold: refused, not a subscription that never
+        // receives a row (an integral number does match an integer column)
+        (
+            format!("trades?where={}", pct(r#"{"side":"buy"}"#)),
+            4400,
+            br(r#"where= value "buy" never matches "side" (integers, never null)"#),
+        ),
+        (
+            format!("trades?where={}", pct(r#"{"symbol":[1,"A"]}"#)),
+            4400,
+            br(r#"where= value 1 never matches "symbol" (strings, never null)"#),
+        ),
+        (
+            format!("trades?where={}", pct(r#"{"side":null}"#)),
+            4400,
+            br(r#"where= value null never matches "side" (integers, never null)"#),
+        ),
         (
             format!("nested?where={}", pct(r#"{"st":1}"#)),
             4400,

@@ -1297,6 +1297,10 @@ fn retention_past_the_seam_lists_no_sealed_log_then_deletes_its_files() {
         "the old log's segments"
     );
     assert_eq!(logs_json(&home)["sealed"].as_array().map(Vec::len), Some(1));
+    assert!(
+        home.join("r.manifest.parquet").is_file(),
+        "the plain stream manifest"
+    );
     // rows 2 s later: retention drops the live log's older files
     std::thread::sleep(Duration::from_millis(2500));
     let mut next = 701;
@@ -1308,6 +1312,8 @@ fn retention_past_the_seam_lists_no_sealed_log_then_deletes_its_files() {
         if start > seam {
             assert_eq!(m["sealed_logs"], json!([]), "{m}");
             assert_eq!(m["manifest"], Value::Null, "{m}");
+            // nor does the plain manifest still name the sealed log
+            assert!(!home.join("r.manifest.parquet").exists());
             break start;
         }
         assert!(Instant::now() < deadline, "retention dropped nothing: {m}");
@@ -1349,6 +1355,8 @@ fn retention_past_the_seam_lists_no_sealed_log_then_deletes_its_files() {
     }
     assert!(parquet_files(&live.join("published/r-v2/data")) > 0);
     assert!(parquet_files(&live.join("segments")) > 0);
+    // the first log's emptied directories went with it
+    assert!(!home.join("published").exists() && !home.join("log").exists());
     // the stream metadata and the control plane's view are those of a stream whose history
     // starts at the floor; the broker restarts on what is left and carries on
     // (retention keeps dropping rows older than 2 s, so the subscriber asks for the last ten)

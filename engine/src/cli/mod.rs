@@ -119,7 +119,7 @@ fn hint(e: &ClientError) -> Option<String> {
         ClientError::NotReplayable { why, fields } if why == "too_old" => {
             let max = fields.iter().find(|(k, _)| k == "max_replay").map(|f| f.1);
             Some(format!(
-                "a subscribe replays at most max_replay{} rows: start later (--offset, or `corecast tail -n N`), read older rows from the stream's published table (`corecast sub --catch-up`) or through the pull API (GET /v1/streams/NAME/rows pages through all of them), or raise the stream's max_replay in the server's config",
+                "a subscribe replays at most max_replay{} rows: start later (--offset, or `corecast tail -n N`), read older rows from the stream's published table (`corecast sub --catch-up`) or through the pull API (GET /v1/streams/NAME/rows pages through all of them), or raise the stream's max_replay (in the server's config, or for a stream made over the control plane in its declaration: `corecast ctl replace`)",
                 max.map(|m| format!(" = {m}")).unwrap_or_default()
             ))
         }

@@ -470,7 +470,13 @@ pub(crate) fn parse_filter(st: &Stream, text: &str) -> Result<Filter, String> {
                 Some((_, col)) if col.is_filterable() => ColumnLookup::Scalar,
                 Some(_) => ColumnLookup::NotScalar,
             };
-            Filter::parse(text, Some(&lookup))
+            let filter = Filter::parse(text, Some(&lookup))?;
+            // a term no row can match would make a subscription that never receives a row,
+            // which looks exactly like a quiet stream
+            match crate::filter::never_matching(text, schema) {
+                Some(why) => Err(format!("where= value {}", why.short())),
+                None => Ok(filter),
+            }
         }
         None => Filter::parse(text, None),
     }

@@ -522,46 +522,10 @@ pub fn spec_for(cfg: &StreamConfig, schema: Option<&Schema>) -> Result<KeySpec, 
 /// string column, `1.5` for an integer one, `null` for a required one): such a term would never
 /// match, and the keys it was meant to remove would stay without a word.
 fn remove_when_types(text: &str, schema: &Schema) -> Result<(), String> {
-    let Ok(serde_json::Value::Object(terms)) = serde_json::from_str::<serde_json::Value>(text)
-    else {
-        return Ok(()); // Filter::parse has refused it already
-    };
-    for (c, v) in &terms {
-        let Some((_, col)) = schema.column(c) else {
-            continue;
-        };
-        let values = match v {
-            serde_json::Value::Array(list) => list.iter().collect::<Vec<_>>(),
-            one => vec![one],
-        };
-        for value in values {
-            let fits = match (value, col.ty()) {
-                (serde_json::Value::Null, _) => col.nullable(),
-                (serde_json::Value::Bool(_), ColumnType::Boolean) => true,
-                (serde_json::Value::Number(n), ColumnType::Int32 | ColumnType::Int64) => {
-                    n.is_i64() || n.is_u64()
-                }
-                (serde_json::Value::Number(_), ColumnType::Float32 | ColumnType::Float64) => true,
-                (serde_json::Value::String(_), ColumnType::Utf8 | ColumnType::Binary { .. }) => {
-                    true
-                }
-                _ => false,
-            };
-            if !fits {
-                return Err(format!(
-                    "remove_when: {value} can never match column {c:?}, which holds {}{}: no row would be removed by it",
-                    match col.ty() {
-                        ColumnType::Int32 | ColumnType::Int64 => "integers",
-                        ColumnType::Float32 | ColumnType::Float64 => "numbers",
-                        ColumnType::Boolean => "booleans",
-                        _ => "strings",
-                    },
-                    if col.nullable() { " or null" } else { " and is never null" }
-                ));
-            }
-        }
+    match crate::filter::never_matching(text, schema) {
+        Some(why) => Err(format!("remove_when: {why}: no row would be removed by it")),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The entities of `map` whose latest row passes `filter`, in version order, rendered as

@@ -219,6 +219,7 @@ impl SealedExpiry {
             .map(|r| format!("{r}/{name}"));
         Ok(Target {
             name: name.to_string(),
+            first,
             table,
             local,
             elsewhere,
@@ -238,10 +239,19 @@ impl SealedExpiry {
             if let Some(root) = table.local_path("") {
                 remove_dir(&root)?;
             }
-            objects = keys.len();
+            objects += keys.len();
         }
         for dir in &target.local {
-            remove_dir(dir)?;
+            objects += remove_dir(dir)?;
+        }
+        // the first log's directories left empty (its emptied hot log, the local tables' root)
+        if target.first {
+            for dir in [
+                self.home.join(corecast_storage::log::LOG_DIR_NAME),
+                self.home.join(LOCAL_PUBLISHED_DIR),
+            ] {
+                let _ = std::fs::remove_dir(dir);
+            }
         }
         if let Some(uri) = &target.elsewhere {
             tracing::warn!(
@@ -277,6 +287,8 @@ fn log_name(log: &SealedLog) -> Option<&str> {
 /// A sealed log's files.
 struct Target {
     name: String,
+    /// Whether it is the stream's first log (whose directory is the stream's own).
+    first: bool,
     /// Its table on the configured location (`<location>/<stream>/<name>`); `None` in the
     /// local default layout, where the table is among `local`.
     table: Option<String>,
@@ -287,13 +299,28 @@ struct Target {
     elsewhere: Option<String>,
 }
 
-/// Removes `dir` and everything in it; a missing one is no error.
-fn remove_dir(dir: &Path) -> Result<(), String> {
+/// Removes `dir` and everything in it; returns the files it held. A missing one is no error.
+fn remove_dir(dir: &Path) -> Result<usize, String> {
+    let files = count_files(dir);
     match std::fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Ok(()) => Ok(files),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
         Err(e) => Err(format!("deleting {}: {e}", dir.display())),
     }
+}
+
+/// The files under `dir` (for the log line; what cannot be read counts as none).
+fn count_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .filter_map(Result::ok)
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => count_files(&e.path()),
+                Ok(_) => 1,
+                Err(_) => 0,
+            })
+            .sum()
+    })
 }
 
 #[cfg(test)]

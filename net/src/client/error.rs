@@ -134,7 +134,7 @@ pub enum ClientError {
     },
     /// Catch-up: the published table starts above the offset asked for; the rows between are
     /// in neither the server nor the table.
-    #[error("'{stream}' asked to catch up from offset {requested}, but its published tables ({table}) start at {floor}: the {} rows between are in neither the server nor the published tables; subscribe from the earliest offset to take what is left and accept the loss, or from offset {floor} to state that you know what is missing", floor.saturating_sub(*requested))]
+    #[error("'{stream}' asked to catch up from offset {requested}, but its published tables ({table}) start at {floor}: the {} rows between are in neither the server nor the published tables; subscribe from offset {floor} with catch-up to take what is left and accept the loss (the earliest the server replays may be later than the tables' start)", floor.saturating_sub(*requested))]
     CatchUpGapBelow {
         /// The stream.
         stream: String,
@@ -190,7 +190,7 @@ fn replay_hint(why: &str, fields: &[(String, i64)]) -> String {
     let field = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
     match (why, field("earliest"), field("end_offset")) {
         ("evicted", Some(e), _) => format!(
-            " (rows below {e} are no longer held: dropped by retention or never sealed; start at offset {e}, or `earliest`)"
+            " (the server no longer replays rows below {e}: a migration's older log, or rows retention dropped; catch-up reads what the published tables still hold, else start at offset {e})"
         ),
         ("too_old", _, _) => " (further back than the stream's max_replay: start nearer the end)".into(),
         ("ahead", _, Some(end)) => format!(" (the stream ends at {end}: start at or below it)"),

@@ -167,7 +167,7 @@ pub enum ReadError {
         asked: Range<u64>,
     },
     /// A catch-up from `start` cannot begin: the published rows start above it.
-    #[error("'{stream}' asked to catch up from offset {start}, but its published tables ({table}) start at {floor}: the {} rows between are in neither the server nor the published tables; subscribe from the earliest offset to take what is left and accept the loss, or from offset {floor} to state that you know what is missing", floor.saturating_sub(*start))]
+    #[error("'{stream}' asked to catch up from offset {start}, but its published tables ({table}) start at {floor}: the {} rows between are in neither the server nor the published tables; subscribe from offset {floor} with catch-up to take what is left and accept the loss (the earliest the server replays may be later than the tables' start)", floor.saturating_sub(*start))]
     GapBelow {
         /// The stream.
         stream: String,

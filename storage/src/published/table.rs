@@ -1124,8 +1124,11 @@ impl Publisher {
             &format!("{}.metadata.json", self.layout.stream),
             text.as_bytes(),
         )?;
-        if let Some(bytes) = &manifest {
-            home.put(&format!("{}.manifest.parquet", self.layout.stream), bytes)?;
+        let plain_manifest = format!("{}.manifest.parquet", self.layout.stream);
+        match &manifest {
+            Some(bytes) => home.put(&plain_manifest, bytes)?,
+            // no sealed log listed any more: the plain manifest would still name them
+            None => home.delete(&plain_manifest)?,
         }
         self.db.transaction("recording the stream metadata", |c| {
             c.execute(
