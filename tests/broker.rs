@@ -1117,21 +1117,27 @@ fn refusals_carry_exact_codes_and_reasons() {
             br(r#"where= names unknown column "nope""#),
         ),
         // a value no row of its column can hold: refused, not a subscription that never
-        // receives a row (an integral number does match an integer column)
+        // receives a row (an integral number does match an integer column; a list is refused
+        // when none of its values can match)
         (
             format!("trades?where={}", pct(r#"{"side":"buy"}"#)),
             4400,
-            br(r#"where= value "buy" never matches "side" (integers, never null)"#),
+            br(r#"where= column "side" (integers, never null) never matches "buy""#),
         ),
         (
-            format!("trades?where={}", pct(r#"{"symbol":[1,"A"]}"#)),
+            format!("trades?where={}", pct(r#"{"symbol":[1,2]}"#)),
             4400,
-            br(r#"where= value 1 never matches "symbol" (strings, never null)"#),
+            br(r#"where= column "symbol" (strings, never null) never matches any of [1,2]"#),
         ),
         (
             format!("trades?where={}", pct(r#"{"side":null}"#)),
             4400,
-            br(r#"where= value null never matches "side" (integers, never null)"#),
+            br(r#"where= column "side" (integers, never null) never matches null"#),
+        ),
+        (
+            format!("trades?where={}", pct(r#"{"side":3000000000}"#)),
+            4400,
+            br(r#"where= column "side" (integers, never null) never matches 3000000000"#),
         ),
         (
             format!("nested?where={}", pct(r#"{"st":1}"#)),
@@ -1174,6 +1180,16 @@ fn refusals_carry_exact_codes_and_reasons() {
     }
     let (_ws, g) = open(&srv, &format!("nested?where={}", pct(r#"{"a":[1,2]}"#)));
     assert!(g.ends_with(r#""where":{"a":[1,2]}}"#), "{g}");
+    // values that can match are taken: an exact integer written with a fraction of zeros, a
+    // list with one dead value, an integral number on an integer column
+    for ok in [
+        r#"{"trade_id":6412754147602.00000}"#,
+        r#"{"symbol":["A",1]}"#,
+        r#"{"side":1.0}"#,
+    ] {
+        let (_ws, g) = open(&srv, &format!("trades?where={}", pct(ok)));
+        assert!(g.starts_with(r#"{"streamcast":4,"#), "{ok}: {g}");
+    }
     srv.kill9();
 }
 

@@ -549,6 +549,96 @@ fn bad_key_declarations_are_refused_at_start_naming_stream_and_column() {
 }
 
 #[test]
+fn a_state_reader_whose_saved_position_is_too_old_takes_the_state_again() {
+    let setup = Setup::new();
+    let config = trades_config(&setup, "max_replay = 5\n");
+    let server = Server::start(Some(&config), &setup.data(), &[]);
+    // three symbols trade only at the start, two on: their entities stay far behind the end
+    let lines: Vec<String> = trade_lines()
+        .into_iter()
+        .enumerate()
+        .filter(|(i, l)| *i < 20 || l.contains("BNBUSDT") || l.contains("XRPUSDT"))
+        .map(|(_, l)| l)
+        .take(200)
+        .collect();
+    let n = lines.len();
+    assert!(n > 100, "{n}");
+    // every frame as a live subscriber gets it (a replay of them all is past max_replay)
+    let mut live = ws_connect(&server.url("trades"));
+    let _greeting = recv_text(&mut live);
+    publish_all(&server, "trades", &lines);
+    let frames: Vec<String> = (0..n).map(|_| recv_text(&mut live)).collect();
+    let _ = live.close(None);
+    let expected = fold(&frames, &symbol_key, &|_| false, &everything);
+    let url = server.url("trades");
+    let cursor = setup.tmp.path().join("state.cursor");
+    let cursor_arg = cursor.to_str().unwrap();
+    // the first entities, then stop: the cursor holds the third one's version, far behind
+    let out = corecast_run(
+        &[
+            "sub", &url, "--state", "--cursor", cursor_arg, "--count", "3",
+        ],
+        None,
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(
+        out.lines(),
+        expected[..3].iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    let saved: u64 = std::fs::read_to_string(&cursor)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(saved, offset_of(&expected[2]));
+    assert!(n as u64 - saved > 5, "older than max_replay");
+    // again: the server no longer replays from there, so the state comes again, whole
+    let out = corecast_run(
+        &[
+            "sub",
+            &url,
+            "--state",
+            "--cursor",
+            cursor_arg,
+            "--count",
+            &expected.len().to_string(),
+        ],
+        None,
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(
+        out.lines(),
+        expected.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    let saved: u64 = std::fs::read_to_string(&cursor)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        saved,
+        offset_of(expected.last().unwrap()),
+        "never back, on to the newest"
+    );
+    // SSE: a malformed Last-Event-ID is no id — the snapshot is sent, then its marker
+    let mut sse = SseStream::open(
+        server.addr,
+        None,
+        "/trades/events?state",
+        &[("Last-Event-ID", "abc")],
+    );
+    assert_eq!(sse.status, 200);
+    for want in &expected {
+        let (_, _, data) = sse.next_event(Duration::from_secs(10)).expect("an entity");
+        assert_eq!(&data, want);
+    }
+    let (_, event, _) = sse.next_event(Duration::from_secs(10)).expect("the marker");
+    assert_eq!(event, "state");
+}
+
+#[test]
 fn state_requests_a_keyed_stream_and_no_offset() {
     let setup = Setup::new();
     std::fs::write(setup.tmp.path().join("trades.schema.json"), TRADE_SCHEMA).unwrap();
@@ -572,7 +662,7 @@ fn state_requests_a_keyed_stream_and_no_offset() {
     let (code, reason) = recv_close(&mut ws);
     assert_eq!(code, 4400);
     assert!(
-        reason.contains("false") && reason.contains("is not a value it takes: state is a flag"),
+        reason.contains(r#"state is a flag (?state, state=true or state=1), not state=\"false\""#),
         "{reason}"
     );
     let r = http_get(server.addr, "/trades/events?state=false");

@@ -38,66 +38,93 @@ impl std::fmt::Display for NeverMatches {
 }
 
 impl NeverMatches {
-    /// The short form, for a close reason: `"buy" never matches "side" (integers, never null)`.
+    /// The short form, for a close reason, the value last so that a cut loses only the value:
+    /// `column "side" (integers, never null) never matches "buy"`.
     pub fn short(&self) -> String {
         format!(
-            "{} never matches {:?} ({}{})",
-            self.value,
+            "column {:?} ({}{}) never matches {}",
             self.column,
             self.holds,
             if self.nullable {
                 " or null"
             } else {
                 ", never null"
-            }
+            },
+            self.value
         )
     }
 }
 
-/// The first value of the filter `text` (already parsed by [`Filter::parse`]) that no row can
-/// hold in its column: a string for a number column, a number with a fraction for an integer
-/// one, `null` for a required one, … Such a term never matches (an integer and an integral
-/// number do match, as [`Filter`] compares them).
+/// A term of the filter `text` (already parsed by [`Filter::parse`]) whose values no row can
+/// hold in its column: a string for a number column, a number with a fraction or out of range
+/// for an integer one, `null` for a required one, … Such a term never matches. A membership
+/// list is refused only when none of its values can match (one that cannot is merely dead),
+/// and an integer and an integral number do match, as [`Filter`] compares them. The numbers
+/// are read as the filter reads them (exactly, by the same parser).
 pub fn never_matching(text: &str, schema: &Schema) -> Option<NeverMatches> {
-    let Ok(serde_json::Value::Object(terms)) = serde_json::from_str::<serde_json::Value>(text)
-    else {
-        return None;
-    };
-    for (c, v) in &terms {
+    use sonic_rs::{JsonContainerTrait, JsonValueTrait};
+    let doc = corecast_storage::json::parse(text.as_bytes()).ok()?;
+    let terms = doc.as_object()?;
+    for (c, v) in terms.iter() {
         let Some((_, col)) = schema.column(c) else {
             continue;
         };
-        let values = match v {
-            serde_json::Value::Array(list) => list.iter().collect::<Vec<_>>(),
-            one => vec![one],
+        let values: Vec<&sonic_rs::Value> = match v.as_array() {
+            Some(list) => list.iter().collect(),
+            None => vec![v],
         };
-        for value in values {
-            let fits = match (value, col.ty()) {
-                (serde_json::Value::Null, _) => col.nullable(),
-                (serde_json::Value::Bool(_), ColumnType::Boolean) => true,
-                (serde_json::Value::Number(n), ColumnType::Int32 | ColumnType::Int64) => {
-                    n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|x| x.fract() == 0.0)
-                }
-                (serde_json::Value::Number(_), ColumnType::Float32 | ColumnType::Float64) => true,
-                (serde_json::Value::String(_), ColumnType::Utf8 | ColumnType::Binary { .. }) => {
-                    true
-                }
-                _ => false,
-            };
-            if !fits {
-                return Some(NeverMatches {
-                    value: value.to_string(),
-                    column: c.clone(),
-                    holds: match col.ty() {
-                        ColumnType::Int32 | ColumnType::Int64 => "integers",
-                        ColumnType::Float32 | ColumnType::Float64 => "numbers",
-                        ColumnType::Boolean => "booleans",
-                        _ => "strings",
-                    },
-                    nullable: col.nullable(),
-                });
+        let fits = |value: &sonic_rs::Value| -> bool {
+            if value.is_null() {
+                return col.nullable();
             }
+            match col.ty() {
+                ColumnType::Boolean => value.is_boolean(),
+                ColumnType::Int32 | ColumnType::Int64 => {
+                    let (lo, hi) = if matches!(col.ty(), ColumnType::Int32) {
+                        (i64::from(i32::MIN), i64::from(i32::MAX))
+                    } else {
+                        (i64::MIN, i64::MAX)
+                    };
+                    if let Some(i) = value.as_i64() {
+                        (lo..=hi).contains(&i)
+                    } else if value.as_u64().is_some() {
+                        false // above i64::MAX
+                    } else if let Some(x) = value.as_f64() {
+                        x.fract() == 0.0 && x >= lo as f64 && x <= hi as f64
+                    } else {
+                        false
+                    }
+                }
+                ColumnType::Float32 => value
+                    .as_f64()
+                    .is_some_and(|x| x.abs() <= f64::from(f32::MAX)),
+                ColumnType::Float64 => value.is_number(),
+                ColumnType::Utf8 | ColumnType::Binary { .. } => value.is_str(),
+                _ => true,
+            }
+        };
+        if values.is_empty() || values.iter().any(|v| fits(v)) {
+            continue;
         }
+        let shown = values
+            .iter()
+            .map(|v| sonic_rs::to_string(v).unwrap_or_default())
+            .collect::<Vec<_>>();
+        return Some(NeverMatches {
+            value: if shown.len() == 1 {
+                shown[0].clone()
+            } else {
+                format!("any of [{}]", shown.join(","))
+            },
+            column: c.to_string(),
+            holds: match col.ty() {
+                ColumnType::Int32 | ColumnType::Int64 => "integers",
+                ColumnType::Float32 | ColumnType::Float64 => "numbers",
+                ColumnType::Boolean => "booleans",
+                _ => "strings",
+            },
+            nullable: col.nullable(),
+        });
     }
     None
 }

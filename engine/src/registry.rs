@@ -185,6 +185,10 @@ pub struct Stream {
     pub retired_at_us: AtomicI64,
     /// The keyed state's handle (`key = [...]` streams only).
     pub keyed: Option<crate::state::Keyed>,
+    /// Whether the live log is not the stream's first (a migration made it): catch-up then
+    /// reads older logs whose columns may differ from the schema's, so a `where=` value is not
+    /// held to the schema's types.
+    pub migrated: bool,
 }
 
 /// The next [`Stream::generation`].

@@ -386,6 +386,7 @@ pub(crate) fn open_stream(sc: &StreamConfig, how: &OpenAs<'_>) -> Result<Opened,
         state: crate::registry::StateCell::new(state),
         retired_at_us: AtomicI64::new(retired_at_us),
         keyed,
+        migrated: !logs.is_first(),
     });
     Ok(Opened {
         stream,
@@ -460,6 +461,7 @@ pub(crate) fn shell_stream(
         state: crate::registry::StateCell::new(StreamState::Stopped),
         retired_at_us: AtomicI64::new(0),
         keyed: None,
+        migrated: false,
     }))
 }
 

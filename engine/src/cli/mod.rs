@@ -194,6 +194,10 @@ fn save_cursor_on_signal(
     });
 }
 
+/// The output `print_rows` holds before it flushes and moves the cursor past what it wrote,
+/// below its 64 KiB buffer so that the buffer rarely flushes on its own.
+const FLUSH_AT: usize = 48 * 1024;
+
 /// Prints rows from `sub` until `count` rows, the end, or an error; saves the cursor unless
 /// stdout failed. Returns the exit status.
 pub fn print_rows(
@@ -233,7 +237,9 @@ pub fn print_rows(
                 }
                 printed += 1;
                 let last = count.is_some_and(|c| printed >= c);
-                if last || !sub.has_buffered() {
+                // flushed before `out` would flush by itself (it cannot say which rows that
+                // wrote): during a long replay the cursor then moves every 48 KiB of output
+                if last || !sub.has_buffered() || out.buffer().len() >= FLUSH_AT {
                     if out.flush().is_err() {
                         break PrintEnd::Stdout(std::io::Error::other("stdout closed"));
                     }

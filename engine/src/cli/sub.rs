@@ -41,7 +41,8 @@ pub struct SubArgs {
     pub catch_up_retries: u32,
     /// On a keyed stream: start with its state — the latest row of each key (matching
     /// --where), in offset order — then every row live. With --cursor, a saved position wins
-    /// (the log after it completes the copy).
+    /// (the log after it completes the copy), and the state is taken again when the server no
+    /// longer replays from there.
     #[arg(long, conflicts_with_all = ["offset", "catch_up"])]
     pub state: bool,
     /// Stop after N rows.

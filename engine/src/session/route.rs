@@ -264,7 +264,7 @@ pub fn route(
 pub(crate) fn state_value_refusal(q: &Query) -> Option<String> {
     match q.get("state") {
         Some(v) if !matches!(v, "" | "true" | "1") => Some(format!(
-            "state={v:?} is not a value it takes: state is a flag (?state, state=true or state=1)"
+            "state is a flag (?state, state=true or state=1), not state={v:?}"
         )),
         _ => None,
     }

@@ -418,7 +418,9 @@ pub async fn serve(
     // `?state` (unless a reconnect's Last-Event-ID says where the reader is: the snapshot
     // came in offset order, so resuming after the last id it saw completes it): the state at
     // S, then the log from S
-    let snapshot = match (&st.keyed, q.contains("state") && last_id.is_none()) {
+    // (a malformed Last-Event-ID is no id, as for any SSE reader: the snapshot is sent)
+    let resumed = matches!(from, Start::After(_));
+    let snapshot = match (&st.keyed, q.contains("state") && !resumed) {
         (Some(k), true) => match Box::pin(k.snapshot(filter.clone(), Rendering::Sse)).await {
             Ok(s) => Some(s),
             Err(why) => {

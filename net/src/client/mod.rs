@@ -98,7 +98,9 @@ pub struct SubscribeOptions {
     /// row from the snapshot's offset on, live. A start of its own: with `offset` or
     /// `catch_up` it is a [`ClientError::Usage`]; with a cursor file that holds a position the
     /// subscription resumes after it instead (the snapshot came in offset order, so the log
-    /// from there completes the copy).
+    /// from there completes the copy), and takes the state again when the server no longer
+    /// replays from there (`too_old`, `evicted`): rows of entities it already holds may then
+    /// come again, each at its latest version.
     pub state: bool,
 }
 

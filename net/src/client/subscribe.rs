@@ -64,7 +64,17 @@ pub async fn connect(url: &str, opts: SubscribeOptions) -> Result<Subscription, 
     };
     // the state only when nothing says where the reader already is
     let state = opts.state && resume.is_none();
-    match open_with(&target, offset, opts.where_json.as_deref(), state).await {
+    let opened = match open_with(&target, offset, opts.where_json.as_deref(), state).await {
+        // a state reader's saved position the server no longer replays (a snapshot read whole
+        // leaves the cursor at its newest entity, far behind the stream): it takes the state
+        // again — every entity at its latest version, the ones it held among them; the cursor
+        // never moves back
+        Err(e) if opts.state && resume.is_some() && e.is_catch_up_recoverable() => {
+            open_with(&target, Offset::Live, opts.where_json.as_deref(), true).await
+        }
+        other => other,
+    };
+    match opened {
         Ok((ws, greeting)) => Ok(Subscription {
             ws: Some(ws),
             greeting,
