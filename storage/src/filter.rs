@@ -11,7 +11,7 @@
 //! column that log does not have as null (as the official client does).
 
 use crate::tier::{ColumnPredicate, PredicateValue};
-use sonic_rs::{JsonContainerTrait, JsonType, JsonValueTrait, Value};
+use sonic_rs::{JsonContainerTrait, JsonType, JsonValueMutTrait, JsonValueTrait, Value};
 
 /// What a `where=` term may name, as the stream's schema says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +169,15 @@ struct ValueSet {
     strs: std::collections::HashSet<String>,
 }
 
+/// `-0.0` becomes `0.0` (the same value for every comparison here).
+fn positive_zero(v: &mut Value) {
+    if v.as_f64().is_some_and(|x| x == 0.0 && x.is_sign_negative()) {
+        if let Some(zero) = Value::new_f64(0.0) {
+            *v = zero;
+        }
+    }
+}
+
 /// A membership term of at most this many strings compares them rather than hashing.
 const STRS_COMPARED_MAX: usize = 4;
 
@@ -243,7 +252,7 @@ impl Filter {
     ) -> Result<Filter, String> {
         // the strict parser: depth-limited (a hostile `[[[[…` cannot overflow the stack),
         // duplicate keys refused
-        let v: Value = crate::json::parse_unique(text.as_bytes()).map_err(|e| {
+        let mut v: Value = crate::json::parse_unique(text.as_bytes()).map_err(|e| {
             let shown: String = text.chars().take(40).collect();
             format!("where= is not JSON ({shown:?}): {e}")
         })?;
@@ -282,6 +291,16 @@ impl Filter {
                 set: ValueSet::of(&any_of),
                 any_of,
             });
+        }
+        // a negative zero (only an underflow such as `-1e-400` makes one: the parser reads
+        // `-0.0` as `0.0`) is echoed `0.0`, so the echo parses back to itself
+        if let Some(obj) = v.as_object_mut() {
+            for (_, val) in obj.iter_mut() {
+                match val.as_array_mut() {
+                    Some(list) => list.iter_mut().for_each(positive_zero),
+                    None => positive_zero(val),
+                }
+            }
         }
         let echo = sonic_rs::to_string(&v).unwrap_or_else(|_| "{}".into());
         Ok(Filter {
@@ -422,6 +441,30 @@ mod tests {
             "nested" => ColumnLookup::NotScalar,
             _ => ColumnLookup::Unknown,
         }
+    }
+
+    #[test]
+    fn a_negative_zero_is_echoed_as_zero_so_the_echo_parses_back_to_itself() {
+        // the fuzzer's find: `-1e-400` underflows to -0.0, which was echoed `-0.0` and read
+        // back as 0.0 (the parser drops the sign of the literal), a different echo
+        for text in [
+            r#"{"price":-1e-400}"#,
+            r#"{"price":[1,-1e-400,2.5],"side":-0}"#,
+        ] {
+            let f = Filter::parse(text, Some(&trade_lookup)).unwrap();
+            assert!(!f.echo().contains("-0"), "{text}: {}", f.echo());
+            let again = Filter::parse(f.echo(), Some(&trade_lookup)).unwrap();
+            assert_eq!(again.echo(), f.echo(), "{text}");
+            for row in [
+                &br#"{"price":0.0,"side":0}"#[..],
+                br#"{"price":2.5,"side":0}"#,
+            ] {
+                assert_eq!(f.matches(row), again.matches(row), "{text}");
+            }
+        }
+        let f = Filter::parse(r#"{"price":-1e-400}"#, Some(&trade_lookup)).unwrap();
+        assert_eq!(f.echo(), r#"{"price":0.0}"#);
+        assert!(f.matches(br#"{"price":0.0}"#));
     }
 
     #[test]
