@@ -11,7 +11,7 @@
 //! column that log does not have as null (as the official client does).
 
 use crate::tier::{ColumnPredicate, PredicateValue};
-use sonic_rs::{JsonContainerTrait, JsonType, JsonValueMutTrait, JsonValueTrait, Value};
+use sonic_rs::{JsonContainerTrait, JsonType, JsonValueTrait, Value};
 
 /// What a `where=` term may name, as the stream's schema says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,13 +169,40 @@ struct ValueSet {
     strs: std::collections::HashSet<String>,
 }
 
-/// `-0.0` becomes `0.0` (the same value for every comparison here).
-fn positive_zero(v: &mut Value) {
-    if v.as_f64().is_some_and(|x| x == 0.0 && x.is_sign_negative()) {
-        if let Some(zero) = Value::new_f64(0.0) {
-            *v = zero;
+/// The compact JSON of a filter's object, in its keys' order, with a negative zero written
+/// `0.0` (only an underflow such as `-1e-400` makes one: the parser reads the literal `-0.0` as
+/// `0.0`), so that the echo parses back to itself.
+fn echo_of(obj: &sonic_rs::Object) -> String {
+    let scalar = |v: &Value| {
+        if v.as_f64().is_some_and(|x| x == 0.0 && x.is_sign_negative()) {
+            "0.0".to_string()
+        } else {
+            sonic_rs::to_string(v).unwrap_or_default()
+        }
+    };
+    let mut out = String::from("{");
+    for (i, (k, v)) in obj.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&sonic_rs::to_string(k).unwrap_or_default());
+        out.push(':');
+        match v.as_array() {
+            Some(list) => {
+                out.push('[');
+                for (j, x) in list.iter().enumerate() {
+                    if j > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&scalar(x));
+                }
+                out.push(']');
+            }
+            None => out.push_str(&scalar(v)),
         }
     }
+    out.push('}');
+    out
 }
 
 /// A membership term of at most this many strings compares them rather than hashing.
@@ -252,7 +279,7 @@ impl Filter {
     ) -> Result<Filter, String> {
         // the strict parser: depth-limited (a hostile `[[[[…` cannot overflow the stack),
         // duplicate keys refused
-        let mut v: Value = crate::json::parse_unique(text.as_bytes()).map_err(|e| {
+        let v: Value = crate::json::parse_unique(text.as_bytes()).map_err(|e| {
             let shown: String = text.chars().take(40).collect();
             format!("where= is not JSON ({shown:?}): {e}")
         })?;
@@ -292,17 +319,7 @@ impl Filter {
                 any_of,
             });
         }
-        // a negative zero (only an underflow such as `-1e-400` makes one: the parser reads
-        // `-0.0` as `0.0`) is echoed `0.0`, so the echo parses back to itself
-        if let Some(obj) = v.as_object_mut() {
-            for (_, val) in obj.iter_mut() {
-                match val.as_array_mut() {
-                    Some(list) => list.iter_mut().for_each(positive_zero),
-                    None => positive_zero(val),
-                }
-            }
-        }
-        let echo = sonic_rs::to_string(&v).unwrap_or_else(|_| "{}".into());
+        let echo = echo_of(obj);
         Ok(Filter {
             terms,
             echo,
@@ -440,6 +457,17 @@ mod tests {
             "side" | "symbol" | "price" => ColumnLookup::Scalar,
             "nested" => ColumnLookup::NotScalar,
             _ => ColumnLookup::Unknown,
+        }
+    }
+
+    #[test]
+    fn the_echo_keeps_the_keys_order() {
+        // the fuzzer's find against a first fix that rewrote the parsed object in place
+        let any = |_: &str| ColumnLookup::Scalar;
+        for text in [r#"{"4":"","":""}"#, r#"{"b":1,"a":[2,1],"c":null}"#] {
+            let f = Filter::parse(text, Some(&any)).unwrap();
+            assert_eq!(f.echo(), text);
+            assert_eq!(Filter::parse(f.echo(), Some(&any)).unwrap().echo(), text);
         }
     }
 
