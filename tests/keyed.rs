@@ -324,41 +324,20 @@ fn trades_by_symbol_snapshot_then_live_has_no_gap_and_no_duplicate_while_publish
     // corecast sub --state: the same snapshot, each frame as received; with --where the
     // selection's; --state with --offset is a usage error
     let url = server.url("trades");
-    let out = corecast_run(
-        &[
-            "sub",
-            &url,
-            "--state",
-            "--count",
-            &expected.len().to_string(),
-        ],
-        None,
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.code, Some(0), "{out:?}");
-    assert_eq!(
-        out.lines(),
-        expected.iter().map(String::as_str).collect::<Vec<_>>()
-    );
+    let sub_state = |extra: &[&str], want: &[String]| {
+        let count = want.len().to_string();
+        let mut args = vec!["sub", url.as_str(), "--state", "--count", count.as_str()];
+        args.extend_from_slice(extra);
+        let out = corecast_run(&args, None, Duration::from_secs(30));
+        assert_eq!(out.code, Some(0), "{out:?}");
+        assert_eq!(
+            out.lines(),
+            want.iter().map(String::as_str).collect::<Vec<_>>()
+        );
+    };
+    sub_state(&[], &expected);
     let buying = fold(&frames, &symbol_key, &|_| false, &buys);
-    let out = corecast_run(
-        &[
-            "sub",
-            &url,
-            "--state",
-            "--where",
-            r#"{"side":"buy"}"#,
-            "--count",
-            &buying.len().to_string(),
-        ],
-        None,
-        Duration::from_secs(30),
-    );
-    assert_eq!(out.code, Some(0), "{out:?}");
-    assert_eq!(
-        out.lines(),
-        buying.iter().map(String::as_str).collect::<Vec<_>>()
-    );
+    sub_state(&["--where", r#"{"side":"buy"}"#], &buying);
     let out = corecast_run(
         &["sub", &url, "--state", "--offset", "5"],
         None,
